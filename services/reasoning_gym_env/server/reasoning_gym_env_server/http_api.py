@@ -1,0 +1,180 @@
+"""HTTP endpoints: OpenEnv's ``/health /schema /metadata /reset /step /state`` plus ``/datasets``.
+
+HTTP is stateless upstream (each call builds a fresh environment). Here ``/reset`` also opens an
+HTTP session and returns its ``session_id``; passing it to ``/step``, ``/state`` and ``/reset``
+continues that episode, so full episodes work over plain HTTP. Sessions count against
+``MAX_CONCURRENT_ENVS`` and are reaped when idle, like WebSocket ones.
+"""
+
+from typing import Any, Optional
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from openenv.core.env_server.serialization import serialize_observation
+from openenv.core.env_server.types import State
+from pydantic import ValidationError
+from reasoning_gym_env import ReasoningGymAction, ReasoningGymObservation
+
+from .environment import ReasoningGymEnvironment, dataset_names
+from .errors import CapacityError, EnvInputError, ErrorCode
+from .protocol import parse_action, validation_errors
+from .sessions import Session, SessionRegistry
+
+router = APIRouter()
+
+
+class HTTPError(Exception):
+    """An error answered as ``{"detail": {"message", "code", ...}}`` with a status code."""
+
+    def __init__(self, status: int, message: str, code: ErrorCode, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"detail": {"message": message, "code": code.value, **extra}}
+
+
+def http_error_response(_: Request, exc: HTTPError) -> JSONResponse:
+    """Exception handler turning ``HTTPError`` into its JSON response."""
+    return JSONResponse(exc.body, status_code=exc.status)
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+async def _read_object(request: Request) -> dict[str, Any]:
+    limit = request.app.state.settings.max_message_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPError(413, f"Body of {declared} bytes exceeds MAX_MESSAGE_BYTES={limit}", ErrorCode.MESSAGE_TOO_LARGE)
+    body = await request.body()
+    if len(body) > limit:
+        raise HTTPError(413, f"Body of {len(body)} bytes exceeds MAX_MESSAGE_BYTES={limit}", ErrorCode.MESSAGE_TOO_LARGE)
+    if not body.strip():
+        return {}
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise HTTPError(400, f"Invalid JSON: {exc}", ErrorCode.INVALID_JSON) from None
+    if not isinstance(payload, dict):
+        raise HTTPError(400, "The body must be a JSON object", ErrorCode.INVALID_JSON)
+    return payload
+
+
+def _session(registry: SessionRegistry, session_id: Any) -> Session:
+    session = registry.get(session_id) if isinstance(session_id, str) else None
+    if session is None:
+        raise HTTPError(
+            404, f"Unknown or expired session_id {session_id!r}; POST /reset without one to start", ErrorCode.SESSION_ERROR
+        )
+    session.touch()
+    return session
+
+
+def _observation_reply(observation: ReasoningGymObservation, session: Session) -> Response:
+    return _json({**serialize_observation(observation), "session_id": session.id})
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    """Liveness plus capacity: active and maximum sessions."""
+    registry: SessionRegistry = request.app.state.registry
+    return _json(
+        {
+            "status": "healthy",
+            "active_sessions": registry.active,
+            "max_sessions": registry.max_sessions,
+            "session_idle_timeout_s": registry.idle_timeout_s,
+            "reaped_sessions": registry.reaped_total,
+        }
+    )
+
+
+@router.get("/schema")
+async def schema() -> Response:
+    """JSON schemas of the action, observations and state."""
+    observation = ReasoningGymObservation.model_json_schema()
+    return _json(
+        {
+            "action": ReasoningGymAction.model_json_schema(),
+            "observation": observation,
+            "reset_observation": observation,
+            "state": State.model_json_schema(),
+        }
+    )
+
+
+@router.get("/metadata")
+async def metadata() -> Response:
+    """Environment name, description and version."""
+    return _json(ReasoningGymEnvironment().get_metadata().model_dump())
+
+
+@router.get("/datasets")
+async def datasets() -> Response:
+    """Every dataset name accepted by ``reset(dataset_name=...)``, plus ``composite``."""
+    return _json({"datasets": dataset_names(), "composite": "composite"})
+
+
+@router.post("/reset")
+async def reset(request: Request) -> Response:
+    """Start an episode; body: reset arguments, optionally ``session_id`` to continue a session."""
+    registry: SessionRegistry = request.app.state.registry
+    kwargs = await _read_object(request)
+    session_id: Optional[str] = kwargs.pop("session_id", None)
+    if session_id is not None:
+        session = _session(registry, session_id)
+        created = False
+    else:
+        try:
+            session = registry.open("http")
+        except CapacityError as exc:
+            raise HTTPError(
+                503, str(exc), ErrorCode.CAPACITY_REACHED, active_sessions=exc.active, max_sessions=exc.maximum
+            ) from None
+        created = True
+    try:
+        observation = session.env.reset(**kwargs)
+    except EnvInputError as exc:
+        if created:
+            registry.close(session)
+        raise HTTPError(400, str(exc), exc.code) from None
+    return _observation_reply(observation, session)
+
+
+@router.post("/step")
+async def step(request: Request) -> Response:
+    """Score an answer; body: ``{"action": {"answer": ...}, "session_id": ...}``."""
+    body = await _read_object(request)
+    if "session_id" not in body:
+        raise HTTPError(
+            409,
+            "step() before reset(): POST /reset first and pass its 'session_id' (or use the WebSocket /ws)",
+            ErrorCode.SESSION_ERROR,
+        )
+    session = _session(request.app.state.registry, body["session_id"])
+    try:
+        action = parse_action(body.get("action"))
+    except ValidationError as exc:
+        raise HTTPError(422, "Invalid action", ErrorCode.VALIDATION_ERROR, errors=validation_errors(exc)) from None
+    try:
+        observation = session.env.step(action)
+    except EnvInputError as exc:
+        raise HTTPError(409, str(exc), exc.code) from None
+    return _observation_reply(observation, session)
+
+
+@router.get("/state")
+async def state(request: Request, session_id: Optional[str] = None) -> Response:
+    """State of an HTTP session, or of a fresh environment without ``session_id``."""
+    if session_id is None:
+        return _json(ReasoningGymEnvironment().state.model_dump())
+    return _json(_session(request.app.state.registry, session_id).env.state.model_dump())
+
+
+@router.delete("/sessions/{session_id}")
+async def close_session(request: Request, session_id: str) -> Response:
+    """Free an HTTP session's slot before the idle reaper would."""
+    registry: SessionRegistry = request.app.state.registry
+    registry.close(_session(registry, session_id))
+    return Response(status_code=204)

@@ -1,0 +1,83 @@
+"""Session slots: capacity accounting and reaping of idle sessions."""
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Optional
+from uuid import uuid4
+
+from .environment import ReasoningGymEnvironment
+from .errors import CapacityError
+
+log = logging.getLogger("reasoning_gym_env_server.sessions")
+
+
+@dataclass(eq=False)
+class Session:
+    """One environment owned by one client (a WebSocket connection or an HTTP episode)."""
+
+    kind: str
+    env: ReasoningGymEnvironment = field(default_factory=ReasoningGymEnvironment)
+    id: str = field(default_factory=lambda: str(uuid4()))
+    last_active: float = field(default_factory=time.monotonic)
+    # Called once when the reaper expires the session, e.g. to close its WebSocket.
+    on_expire: Optional[Callable[[], Awaitable[None]]] = None
+
+    def touch(self) -> None:
+        """Mark the session as active now."""
+        self.last_active = time.monotonic()
+
+
+class SessionRegistry:
+    """Hands out at most ``max_sessions`` sessions and expires those idle for ``idle_timeout_s``."""
+
+    def __init__(self, max_sessions: int, idle_timeout_s: float) -> None:
+        self.max_sessions = max_sessions
+        self.idle_timeout_s = idle_timeout_s
+        self._sessions: dict[str, Session] = {}
+        self.reaped_total = 0
+
+    @property
+    def active(self) -> int:
+        """Number of sessions holding a slot."""
+        return len(self._sessions)
+
+    def open(self, kind: str, on_expire: Optional[Callable[[], Awaitable[None]]] = None) -> Session:
+        """Take a slot for a new session, or raise ``CapacityError``."""
+        if len(self._sessions) >= self.max_sessions:
+            raise CapacityError(len(self._sessions), self.max_sessions)
+        session = Session(kind=kind, on_expire=on_expire)
+        self._sessions[session.id] = session
+        return session
+
+    def get(self, session_id: str) -> Optional[Session]:
+        """The live session with this id, if any."""
+        return self._sessions.get(session_id)
+
+    def close(self, session: Session) -> None:
+        """Free the session's slot (idempotent)."""
+        if self._sessions.pop(session.id, None) is not None:
+            session.env.close()
+
+    async def reap_idle(self) -> int:
+        """Expire every session idle for longer than the timeout; returns how many."""
+        deadline = time.monotonic() - self.idle_timeout_s
+        expired = [s for s in self._sessions.values() if s.last_active < deadline]
+        for session in expired:
+            self.close(session)
+            if session.on_expire is not None:
+                try:
+                    await session.on_expire()
+                except Exception:  # the peer may already be gone; the slot is free either way
+                    log.debug("closing expired %s session %s failed", session.kind, session.id, exc_info=True)
+            log.info("reaped %s session %s after %.0fs idle", session.kind, session.id, self.idle_timeout_s)
+        self.reaped_total += len(expired)
+        return len(expired)
+
+    async def run_reaper(self) -> None:
+        """Reap forever, checking several times per timeout period."""
+        interval = min(max(self.idle_timeout_s / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(interval)
+            await self.reap_idle()
