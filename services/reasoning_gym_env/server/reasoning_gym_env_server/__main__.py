@@ -20,6 +20,9 @@ def main() -> None:
         access_log=False,
         # Frames above our own limit get an error reply; far larger ones are cut off by uvicorn.
         ws_max_size=4 * settings.max_message_bytes,
+        ws="websockets-sansio",
+        # Messages are small; compressing them costs more CPU than it saves on loopback/LAN.
+        ws_per_message_deflate=False,
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         timeout_graceful_shutdown=5,

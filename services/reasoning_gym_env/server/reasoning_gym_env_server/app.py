@@ -1,31 +1,49 @@
-"""ASGI application factory."""
+"""ASGI application: a WebSocket fast path for ``/ws`` in front of the FastAPI HTTP routes."""
 
 import asyncio
 import contextlib
+import gc
 import logging
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional
 
 from fastapi import FastAPI
 
 from .http_api import HTTPError, http_error_response, router
 from .sessions import SessionRegistry
 from .settings import Settings
-from .websocket import websocket_endpoint
+from .websocket import Receive, Send, serve_session
 
 log = logging.getLogger("reasoning_gym_env_server")
 
 
-def create_app(settings: Optional[Settings] = None) -> FastAPI:
-    """Build the server: HTTP routes, the ``/ws`` session endpoint and the idle-session reaper."""
-    settings = settings or Settings.from_env()
+class EnvServerApp:
+    """Routes ``/ws`` sessions straight to ``serve_session`` and everything else to FastAPI."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.registry = SessionRegistry(settings.max_concurrent_envs, settings.session_idle_timeout_s)
+        self.http = _http_app(self)
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and scope["path"] == "/ws":
+            await serve_session(self.registry, self.settings, scope, receive, send)
+        else:
+            await self.http(scope, receive, send)
+
+
+def _http_app(server: EnvServerApp) -> FastAPI:
+    settings = server.settings
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        reaper = asyncio.create_task(app.state.registry.run_reaper(), name="session-reaper")
+        reaper = asyncio.create_task(server.registry.run_reaper(), name="session-reaper")
+        # Start-up objects (FastAPI, pydantic, reasoning-gym tables) never die: keep them out of
+        # the collector's full passes, which otherwise show up as latency spikes under load.
+        gc.freeze()
         log.info(
-            "reasoning-gym env server ready: http://%s:%d (WebSocket /ws), MAX_CONCURRENT_ENVS=%d, "
+            "reasoning-gym env server ready: http://%s:%d (WebSocket ws://%s:%d/ws), MAX_CONCURRENT_ENVS=%d, "
             "SESSION_IDLE_TIMEOUT_S=%g, MAX_MESSAGE_BYTES=%d",
-            settings.host, settings.port, settings.max_concurrent_envs,
+            settings.host, settings.port, settings.host, settings.port, settings.max_concurrent_envs,
             settings.session_idle_timeout_s, settings.max_message_bytes,
         )
         try:
@@ -35,8 +53,12 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
 
     app = FastAPI(title="reasoning-gym OpenEnv server", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
-    app.state.registry = SessionRegistry(settings.max_concurrent_envs, settings.session_idle_timeout_s)
+    app.state.registry = server.registry
     app.add_exception_handler(HTTPError, http_error_response)
     app.include_router(router)
-    app.add_api_websocket_route("/ws", websocket_endpoint)
     return app
+
+
+def create_app(settings: Optional[Settings] = None) -> EnvServerApp:
+    """Build the server: HTTP routes, the ``/ws`` session endpoint and the idle-session reaper."""
+    return EnvServerApp(settings or Settings.from_env())

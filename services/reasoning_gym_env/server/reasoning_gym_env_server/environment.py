@@ -94,7 +94,8 @@ class ReasoningGymEnvironment(Environment[ReasoningGymAction, ReasoningGymObserv
         self._dataset_name: Optional[str] = None
         self._next_index = 0
         self._entry: Optional[dict[str, Any]] = None
-        self._state = State(episode_id=None, step_count=0)
+        self._episode_id: Optional[str] = None
+        self._step_count = 0
 
     def reset(
         self,
@@ -122,7 +123,8 @@ class ReasoningGymEnvironment(Environment[ReasoningGymAction, ReasoningGymObserv
 
         self._entry = self._dataset[self._next_index]
         self._next_index = (self._next_index + 1) % len(self._dataset)
-        self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
+        self._episode_id = episode_id or str(uuid4())
+        self._step_count = 0
         return ReasoningGymObservation(question=self._entry["question"], reward=0.0, done=False)
 
     def step(
@@ -131,7 +133,7 @@ class ReasoningGymEnvironment(Environment[ReasoningGymAction, ReasoningGymObserv
         """Score ``action.answer`` against the current question; always ends the episode."""
         if self._entry is None or self._dataset is None:
             raise EnvInputError("step() before reset(): call reset() to get a question first", ErrorCode.SESSION_ERROR)
-        self._state.step_count += 1
+        self._step_count += 1
         score = float(self._dataset.score_answer(answer=action.answer, entry=self._entry))
         return ReasoningGymObservation(
             question=None,
@@ -146,8 +148,8 @@ class ReasoningGymEnvironment(Environment[ReasoningGymAction, ReasoningGymObserv
     def state(self) -> State:
         """Episode id and step count, plus the dataset being served."""
         return State(
-            episode_id=self._state.episode_id,
-            step_count=self._state.step_count,
+            episode_id=self._episode_id,
+            step_count=self._step_count,
             dataset_name=self._dataset_name,
             dataset_size=len(self._dataset) if self._dataset is not None else None,
             next_index=self._next_index,
