@@ -1,0 +1,33 @@
+# reasoning-gym OpenEnv server. Build context: the repository root.
+#   docker build -f docker/reasoning-gym-env.Dockerfile -t rlstack/reasoning-gym-env .
+# BASE_IMAGE: an official Python 3.11 slim image, or the offline one from docker/build-base-image.sh.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
+# reasoning-gym pins pycosat, which has no wheel for 3.11: it needs a C compiler and Python.h
+# (python:*-slim ships Python.h; Debian's python3 needs python3-dev).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && { python3 -c "import os,sys,sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+      || apt-get install -y --no-install-recommends python3-dev; } \
+ && rm -rf /var/lib/apt/lists/*
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv "$VIRTUAL_ENV"
+COPY docker/requirements/reasoning-gym-env.lock /tmp/reasoning-gym-env.lock
+RUN pip install --no-deps -r /tmp/reasoning-gym-env.lock
+COPY services/reasoning_gym_env/client /src/client
+COPY services/reasoning_gym_env/server /src/server
+RUN pip install --no-deps /src/client /src/server \
+ && python3 -c "import reasoning_gym_env_server, reasoning_gym_env"
+
+FROM ${BASE_IMAGE}
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+    HOST=0.0.0.0 PORT=8000
+RUN useradd --system --uid 10001 --home-dir /home/app --create-home app
+COPY --from=build /opt/venv /opt/venv
+USER app
+WORKDIR /home/app
+EXPOSE 8000
+HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
+  CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '8000'), timeout=2)"]
+CMD ["python3", "-m", "reasoning_gym_env_server"]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create or refresh the Python environment the test suite runs in (default: .venv).
+# Re-installs only when a lock file or package definition changed since the last run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+inputs=(docker/requirements/reasoning-gym-env.lock requirements/test.lock
+        services/reasoning_gym_env/client/pyproject.toml services/reasoning_gym_env/server/pyproject.toml)
+stamp="$VENV/.rlstack-installed"
+digest=$(cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
+  exit 0
+fi
+echo "make-test-venv: installing test dependencies into $VENV"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check \
+  -r docker/requirements/reasoning-gym-env.lock -r requirements/test.lock
+"$VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
+  -e services/reasoning_gym_env/client -e services/reasoning_gym_env/server
+echo "$digest" > "$stamp"
