@@ -1,0 +1,47 @@
+# Self-hosted RL stack. `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+PYTEST_ARGS ?=
+BENCH_ARGS ?= --sessions 1 32 64 --seconds 10
+# Resolve the base image once per make run (official if pullable, else built offline).
+BASE = BASE_IMAGE="$$(scripts/ensure-base-image.sh)"
+
+.PHONY: help up down logs build base-images venv test test-unit test-container bench lock
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+up: ## build what is missing and start the stack (waits until healthy)
+	$(BASE) docker compose up --build --detach --wait
+	@echo "reasoning-gym-env: http://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}  (WebSocket ws://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}/ws)"
+
+down: ## stop the stack (volumes are kept; `docker compose down -v` removes them)
+	docker compose down
+
+logs: ## follow the stack's logs
+	docker compose logs --follow
+
+build: ## build the images
+	$(BASE) docker compose build
+
+base-images: ## build the offline base image with debootstrap (hosts without a registry)
+	docker/build-base-image.sh local/py311-base:bookworm
+
+venv: ## create the Python environment the tests and benchmarks run in
+	VENV=$(VENV) scripts/make-test-venv.sh
+
+test: venv build ## the whole test suite: in-process and container tests
+	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest $(PYTEST_ARGS)
+
+test-unit: venv ## only the fast in-process tests
+	$(PYTHON) -m pytest -m unit $(PYTEST_ARGS)
+
+test-container: venv build ## only the container tests
+	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m container $(PYTEST_ARGS)
+
+bench: venv ## benchmarks (figures in README.md)
+	$(PYTHON) bench/env_server_load.py $(BENCH_ARGS)
+
+lock: ## re-resolve docker/requirements/*.lock from the *.in files inside the base image
+	$(BASE) scripts/lock-requirements.sh
