@@ -14,7 +14,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
 fi
 echo "make-test-venv: installing test dependencies into $VENV"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check \
+"$VENV/bin/pip" install -q --disable-pip-version-check 2> >(grep -v "^WARNING: Location" >&2) \
   -r docker/requirements/reasoning-gym-env.lock -r requirements/test.lock
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
   -e services/reasoning_gym_env/client -e services/reasoning_gym_env/server

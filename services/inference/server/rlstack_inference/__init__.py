@@ -1,0 +1,1 @@
+"""Inference service of the stack: vLLM launcher and the offline default model."""
