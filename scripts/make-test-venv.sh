@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 inputs=(docker/requirements/reasoning-gym-env.lock requirements/test.lock
-        services/reasoning_gym_env/client/pyproject.toml services/reasoning_gym_env/server/pyproject.toml)
+        services/reasoning_gym_env/client/pyproject.toml services/reasoning_gym_env/server/pyproject.toml
+        services/inference/client/pyproject.toml)
 stamp="$VENV/.rlstack-installed"
 digest=$(cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
@@ -17,5 +18,5 @@ echo "make-test-venv: installing test dependencies into $VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check 2> >(grep -v "^WARNING: Location" >&2) \
   -r docker/requirements/reasoning-gym-env.lock -r requirements/test.lock
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
-  -e services/reasoning_gym_env/client -e services/reasoning_gym_env/server
+  -e services/reasoning_gym_env/client -e services/reasoning_gym_env/server -e services/inference/client
 echo "$digest" > "$stamp"

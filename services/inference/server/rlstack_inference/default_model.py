@@ -165,9 +165,18 @@ def file_digests(out: Path) -> dict[str, str]:
     }
 
 
-def generate(out: Path, seed: int, scripted_tool_call: dict | None = None) -> dict:
-    """Write tokenizer, config and weights to ``out``; returns the manifest."""
-    tokenizer = train_tokenizer()
+def generate(out: Path, seed: int, scripted_tool_call: dict | None = None, tokenizer_from: Path | None = None) -> dict:
+    """Write tokenizer, config and weights to ``out``; returns the manifest.
+
+    ``tokenizer_from`` reuses the tokenizer of an earlier output instead of training it again (the
+    training is deterministic, so only time is saved).
+    """
+    if tokenizer_from is not None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+    else:
+        tokenizer = train_tokenizer()
     model = build_model(tokenizer, seed)
     if scripted_tool_call is not None:
         script_tool_call(model, tokenizer, scripted_tool_call)
@@ -191,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    parser.add_argument("--tokenizer-from", type=Path, default=None, metavar="DIR",
+                        help="reuse the tokenizer of an earlier output instead of training it")
     parser.add_argument("--if-missing", action="store_true", help="do nothing if --out already holds a model")
     parser.add_argument("--scripted-tool-call", type=json.loads, default=None, metavar="JSON",
                         help='test fixture: always call this tool, e.g. {"name": "bash", "arguments": {...}}')
@@ -198,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.if_missing and (args.out / "rlstack_model.json").exists():
         print(f"default_model: {args.out} already holds a model", flush=True)
         return
-    manifest = generate(args.out, args.seed, args.scripted_tool_call)
+    manifest = generate(args.out, args.seed, args.scripted_tool_call, args.tokenizer_from)
     print(f"default_model: wrote {args.out} (vocab {manifest['vocab_size']}, "
           f"{manifest['parameters']:,} parameters, seed {manifest['seed']})", flush=True)
 
