@@ -52,8 +52,9 @@ test-unit: venv ## only the fast in-process tests
 test-container: venv build ## only the container tests
 	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m container $(PYTEST_ARGS)
 
-bench: venv ## benchmarks (figures in README.md)
+bench: venv build ## benchmarks (figures in README.md)
 	$(PYTHON) bench/env_server_load.py $(BENCH_ARGS)
+	$(PYTHON) bench/inference_cpu.py
 
 lock: ## re-resolve docker/requirements/*.lock from the *.in files inside the base image
 	$(BASE) scripts/lock-requirements.sh $(LOCK)

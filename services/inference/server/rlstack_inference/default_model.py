@@ -182,7 +182,15 @@ def generate(out: Path, seed: int, scripted_tool_call: dict | None = None, token
         script_tool_call(model, tokenizer, scripted_tool_call)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
+    # transformers 5 records its own class name, which transformers 4 does not know; both resolve
+    # PreTrainedTokenizerFast to a tokenizer that uses tokenizer.json as is.
+    config_path = out / "tokenizer_config.json"
+    tokenizer_config = json.loads(config_path.read_text())
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
     model.save_pretrained(out, safe_serialization=True)
+    for path in out.iterdir():
+        path.chmod(0o644)  # the trainer and inference containers read it under other uids
     manifest = {
         "generator_version": GENERATOR_VERSION,
         "seed": seed,
