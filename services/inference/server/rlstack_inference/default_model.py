@@ -148,12 +148,13 @@ def script_tool_call(model, tokenizer, call: dict) -> None:
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
         embed, head = model.model.embed_tokens.weight, model.lm_head.weight
-        basis = torch.eye(hidden)
-        for k, (current, nxt) in enumerate(sorted(successor.items())):
-            embed[current] = basis[k]
-            head[:, k] = 0.0  # no other token may score on this direction
-            head[nxt] = 0.0
-            head[nxt, k] = 100.0
+        chain = sorted(successor)
+        # Token k of the chain gets basis direction k; only its successor scores on that direction.
+        head[:, : len(chain)] = 0.0
+        head[sorted(set(successor.values()))] = 0.0
+        for k, current in enumerate(chain):
+            embed[current] = torch.nn.functional.one_hot(torch.tensor(k), hidden).float()
+            head[successor[current], k] = 100.0
 
 
 def file_digests(out: Path) -> dict[str, str]:
