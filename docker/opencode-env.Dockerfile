@@ -1,0 +1,34 @@
+# OpenCode environment: the real OpenCode CLI (npm opencode-ai, pinned) run per rollout in a local
+# sandbox, behind the token-exact proxy. Build context: the repository root.
+# Runs as root: it creates one unprivileged uid per rollout slot and sets iptables owner rules, so
+# Compose gives it NET_ADMIN (see README, "Isolation model").
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS opencode
+ARG OPENCODE_VERSION=1.18.33
+RUN apt-get update && apt-get install -y --no-install-recommends nodejs npm ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+# The npm package ships the platform binaries; its postinstall links the right one. Only that
+# binary is kept: no Node at run time, nothing downloaded when a rollout starts.
+RUN npm install -g "opencode-ai@${OPENCODE_VERSION}" \
+ && cp -L "$(readlink -f "$(command -v opencode)")" /opencode \
+ && /opencode --version
+
+FROM ${BASE_IMAGE}
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends iptables git ripgrep procps ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=opencode /opencode /usr/local/bin/opencode
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv "$VIRTUAL_ENV"
+COPY docker/requirements/opencode-env.lock /tmp/opencode-env.lock
+RUN pip install --no-deps -r /tmp/opencode-env.lock
+COPY services/opencode_env/server /src/opencode-env-server
+RUN pip install --no-deps /src/opencode-env-server && python3 -c "import opencode_env_server.app" \
+ && opencode --version
+ENV PYTHONUNBUFFERED=1 PORT=8000 SANDBOX_ROOT=/sandboxes TRACES_DIR=/data/traces
+RUN mkdir -p /sandboxes /data/traces && chmod 0711 /sandboxes
+EXPOSE 8000
+HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
+  CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
+CMD ["python3", "-m", "opencode_env_server"]

@@ -1,0 +1,1 @@
+"""OpenCode environment service: sandboxed OpenCode rollouts behind a token-exact proxy."""

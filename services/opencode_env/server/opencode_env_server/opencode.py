@@ -1,0 +1,58 @@
+"""How OpenCode is configured and started for one rollout."""
+
+import json
+import os
+from typing import Any
+
+from .sandbox import Sandbox
+
+PROVIDER = "rlstack"
+MODEL = "policy"
+
+
+def opencode_config(proxy_base_url: str, api_key: str, output_tokens: int) -> dict[str, Any]:
+    """opencode.json: one OpenAI-compatible provider (the proxy), no updates, sharing, title agent or web."""
+    return {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {
+            PROVIDER: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "rlstack proxy",
+                "options": {"baseURL": proxy_base_url, "apiKey": api_key, "timeout": 600_000},
+                "models": {MODEL: {"name": MODEL, "tool_call": True,
+                                   "limit": {"context": 32768, "output": output_tokens}}},
+            }
+        },
+        "model": f"{PROVIDER}/{MODEL}",
+        "autoupdate": False,
+        "share": "disabled",
+        "lsp": False,
+        "agent": {"title": {"disable": True}},
+        "tools": {"webfetch": False, "question": False},
+    }
+
+
+def prepare(sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: int) -> dict[str, str]:
+    """Write the config into the sandbox's HOME; returns the agent's environment."""
+    config_dir = sandbox.home / ".config" / "opencode"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    path = config_dir / "opencode.json"
+    path.write_text(json.dumps(opencode_config(proxy_base_url, api_key, output_tokens), indent=2))
+    for owned in (sandbox.home / ".config", config_dir, path):
+        os.chown(owned, sandbox.uid, sandbox.uid)
+    return sandbox.env({
+        "OPENCODE_CONFIG": str(path),
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_SHARE": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+        "OPENAI_API_KEY": api_key,
+        "OPENAI_BASE_URL": proxy_base_url,
+    })
+
+
+def command(binary: str, instruction: str) -> list[str]:
+    """``opencode run`` non-interactively, without external plugins, with JSON events on stdout."""
+    return [binary, "run", "--pure", "--format", "json", instruction]
