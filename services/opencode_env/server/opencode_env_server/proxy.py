@@ -16,6 +16,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from .trace import Turn
 
+JSON_HEADERS = {"content-type": "application/json"}
+
 
 class RolloutCalls(Protocol):
     """What the proxy needs from a rollout (see rollouts.Rollout)."""
@@ -129,7 +131,7 @@ class Proxy:
         if forwarded.get("stream"):
             return await self._stream(rollout, url, forwarded, index, version, started, trainable)
         try:
-            upstream = await self.http.post(url, content=orjson.dumps(forwarded))
+            upstream = await self.http.post(url, content=orjson.dumps(forwarded), headers=JSON_HEADERS)
         except httpx.HTTPError as exc:
             return await self._failed(rollout, version, f"inference upstream {url}: {type(exc).__name__}: {exc}")
         if upstream.status_code >= 400:
@@ -146,7 +148,7 @@ class Proxy:
         return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
 
     async def _stream(self, rollout, url, forwarded, index, version, started, trainable) -> Response:
-        request = self.http.build_request("POST", url, content=orjson.dumps(forwarded))
+        request = self.http.build_request("POST", url, content=orjson.dumps(forwarded), headers=JSON_HEADERS)
         try:
             upstream = await self.http.send(request, stream=True)
         except httpx.HTTPError as exc:

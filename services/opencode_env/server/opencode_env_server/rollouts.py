@@ -151,51 +151,57 @@ class RolloutManager:
 
     async def _run(self, rollout: Rollout) -> None:
         sandbox, task = rollout.sandbox, rollout.task
+        watchdog: Optional[asyncio.Task] = None
         try:
             await asyncio.to_thread(sandbox.create, task.files)
             rollout.status = RUNNING
             rollout.persist()
-            for command in task.setup:
-                result = await sandbox.run(command, timeout_s=120)
-                rollout.setup_results.append(result)
-                if result.exit_code != 0:
-                    rollout.stop(SETUP_FAILED, f"setup command failed ({result.exit_code}): {command}")
-                    return
-            if rollout.request.agent == "external":
-                await asyncio.wait_for(rollout.done.wait(), timeout=rollout.limits.wall_s)
-                return
-            await self._run_agent(rollout)
+            # Memory and disk are watched for the whole rollout: setup commands and the agent alike.
+            watchdog = asyncio.create_task(sandbox.watch())
+            watchdog.add_done_callback(lambda w: w.cancelled() or rollout.stop(LIMIT_EXCEEDED, w.result()))
+            await asyncio.wait_for(self._setup_and_agent(rollout), timeout=rollout.limits.wall_s)
         except asyncio.TimeoutError:
             rollout.stop(TIMED_OUT, f"wall-clock limit of {rollout.limits.wall_s:g}s")
         except Exception as exc:  # a bug or an OS error: never leave a rollout running
             log.exception("rollout %s failed", rollout.id)
             rollout.stop(INFRA_FAILURE, f"{type(exc).__name__}: {exc}")
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            sandbox.kill_all()
 
-    async def _run_agent(self, rollout: Rollout) -> None:
+    async def _setup_and_agent(self, rollout: Rollout) -> None:
+        for command in rollout.task.setup:
+            result = await rollout.sandbox.run(command, timeout_s=rollout.limits.wall_s)
+            rollout.setup_results.append(result)
+            if rollout.sandbox.violation:
+                rollout.stop(LIMIT_EXCEEDED, rollout.sandbox.violation)
+            if rollout.status in FINAL:
+                return  # the watchdog or a limit ended it meanwhile
+            if result.exit_code != 0:
+                rollout.stop(SETUP_FAILED, f"setup command failed ({result.exit_code}): {command}")
+                return
+        if rollout.request.agent == "external":
+            await rollout.done.wait()
+            return
         sandbox = rollout.sandbox
         proxy_url = f"http://127.0.0.1:{self.settings.port}/v1"
         env = opencode.prepare(sandbox, proxy_url, rollout.key, rollout.limits.max_tokens_per_turn)
-        log_path = sandbox.dir.parent / f"{rollout.id}.agent.log"
-        with open(log_path, "wb") as agent_log:
+        with open(sandbox.dir.parent / f"{rollout.id}.agent.log", "wb") as agent_log:
             rollout.agent = await sandbox.spawn(opencode.command(self.settings.opencode_bin, rollout.task.instruction),
                                                 env, agent_log, asyncio.subprocess.STDOUT)
-            watchdog = asyncio.create_task(sandbox.watch())
-            waiter = asyncio.create_task(rollout.agent.wait())
-            try:
-                done, _ = await asyncio.wait({waiter, watchdog, asyncio.create_task(rollout.done.wait())},
-                                             timeout=rollout.limits.wall_s, return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    rollout.stop(TIMED_OUT, f"wall-clock limit of {rollout.limits.wall_s:g}s")
-                elif watchdog in done:
-                    rollout.stop(LIMIT_EXCEEDED, watchdog.result())
-                elif waiter in done:
-                    rollout.agent_exit_code = waiter.result()
-                    rollout.stop(COMPLETED, f"agent exited with {rollout.agent_exit_code}")
-            finally:
-                watchdog.cancel()
+            exited = asyncio.create_task(rollout.agent.wait())
+            ended = asyncio.create_task(rollout.done.wait())
+            await asyncio.wait({exited, ended}, return_when=asyncio.FIRST_COMPLETED)
+            ended.cancel()
+            if exited.done():
+                rollout.agent_exit_code = exited.result()
+                if sandbox.violation:
+                    rollout.stop(LIMIT_EXCEEDED, sandbox.violation)
+                rollout.stop(COMPLETED, f"agent exited with {rollout.agent_exit_code}")
+            else:
                 sandbox.kill_all()
-                if rollout.agent.returncode is None:
-                    rollout.agent_exit_code = await rollout.agent.wait()
+                rollout.agent_exit_code = await exited
 
     async def verify(self, rollout: Rollout) -> dict[str, Any]:
         """Run the held-out tests in the sandbox; reward = fraction passed (None without tests)."""

@@ -1,0 +1,230 @@
+"""The OpenCode environment image with the real OpenCode CLI against the real inference service.
+
+The inference server runs the scripted fixture model, which always calls
+``bash: echo 'print(input()[::-1])' > solution.py`` (a string-reversing solution) and loops forever.
+"""
+
+import json
+import subprocess
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+from testcontainers.core.container import DockerContainer
+
+from tests.container.conftest import MODEL_NAME, SCRIPTED_CALL, wait_healthy
+
+REVERSE_TESTS = [{"stdin": "abc\n", "expected_stdout": "cba"}, {"stdin": "rollout\n", "expected_stdout": "tuollor"}]
+
+
+@pytest.fixture(scope="session")
+def opencode_env(opencode_image, scripted_inference, network) -> Iterator[DockerContainer]:
+    container = (
+        DockerContainer(opencode_image).with_exposed_ports(8000).with_network(network)
+        .with_env("INFERENCE_URL", "http://inference:8000").with_env("MAX_CONCURRENT_ROLLOUTS", "3")
+        .with_kwargs(cap_add=["NET_ADMIN"])
+    )
+    container.start()
+    container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
+    wait_healthy(f"{container.url}/health", timeout_s=60)
+    yield container
+    container.stop()
+
+
+def create(url: str, task: dict, **extra) -> dict:
+    response = httpx.post(f"{url}/rollouts", json={"task": task, **extra}, timeout=30)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def wait(url: str, rollout_id: str, timeout_s: float = 240) -> dict:
+    return httpx.post(f"{url}/rollouts/{rollout_id}/wait", params={"timeout_s": timeout_s}, timeout=timeout_s + 30).json()
+
+
+def task(**overrides) -> dict:
+    base = {"task_id": "reverse", "instruction": "Write solution.py that prints its input line reversed.",
+            "tests": REVERSE_TESTS, "limits": {"max_turns": 2, "wall_s": 240}}
+    return {**base, **overrides}
+
+
+def in_container(container: DockerContainer, *command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", container.get_wrapped_container().id, *command],
+                          capture_output=True, text=True)
+
+
+def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_tokens(opencode_env, scripted_inference) -> None:
+    url = opencode_env.url
+    rollout = create(url, task())
+    status = wait(url, rollout["rollout_id"])
+    try:
+        assert status["status"] == "stopped" and "turn limit" in status["detail"]  # the scripted agent loops
+        files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files").json()
+        assert files["solution.py"].strip() == "print(input()[::-1])"  # the tool call ran in the work dir
+
+        turns = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/turns").json()
+        assert len(turns) == 2 and all(t["upstream_status"] == 200 and t["stream"] for t in turns)
+        for t in turns:
+            # prompt ids: the engine's own tokenisation of the forwarded request
+            tokenized = httpx.post(f"{scripted_inference.url}/tokenize", timeout=60, json={
+                "model": MODEL_NAME, "messages": t["request"]["messages"], "tools": t["request"].get("tools"),
+                "add_generation_prompt": True}).json()
+            assert t["prompt_token_ids"] == tokenized["tokens"]
+            text = httpx.post(f"{scripted_inference.url}/detokenize", timeout=30,
+                              json={"model": MODEL_NAME, "tokens": t["completion_token_ids"]}).json()["prompt"]
+            assert json.dumps(SCRIPTED_CALL) in text and text.startswith("<tool_call>")
+            assert len(t["per_token_logps"]) == len(t["completion_token_ids"])
+            assert t["finish_reason"] == "tool_calls" and t["trainable"] is True
+        assert turns[1]["prefix_consistent"] is not None
+
+        trace = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/trace").json()
+        assert trace["schema_version"] == 1 and len(trace["turns"]) == 2
+        row = trace["turns"][0]
+        assert row["loss_mask"] == [0] * len(row["prompt_token_ids"]) + [1] * len(row["completion_token_ids"])
+
+        verdict = httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=60).json()
+        assert verdict["reward"] == 1.0 and verdict["passed"] == 2
+    finally:
+        httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
+
+
+def test_verification_scores_an_incorrect_solution_below_one(opencode_env) -> None:
+    url = opencode_env.url
+    tests = [{"stdin": "abc\n", "expected_stdout": "ABC"}, {"stdin": "aba\n", "expected_stdout": "aba"}]
+    rollout = create(url, task(tests=tests, verify_commands=["test -f solution.py", "grep -q upper solution.py"]))
+    wait(url, rollout["rollout_id"])
+    verdict = httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=60).json()
+    assert [r["passed"] for r in verdict["results"]] == [False, True, True, False]
+    assert verdict["reward"] == 0.5
+    httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
+
+
+def test_turn_cap_stops_a_looping_agent_and_leaves_no_process(opencode_env) -> None:
+    url = opencode_env.url
+    rollout = create(url, task(limits={"max_turns": 4, "wall_s": 240}))
+    status = wait(url, rollout["rollout_id"])
+    assert status["status"] == "stopped" and status["turns"] == 4
+    assert in_container(opencode_env, "sh", "-c", "ps -eo uid= | awk '$1>=20000' | wc -l").stdout.strip() == "0"
+    httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
+
+
+def test_killing_a_running_rollout_leaves_no_process_behind(opencode_env) -> None:
+    url = opencode_env.url
+    rollout = create(url, task(setup=["sleep 300 & sleep 300 & (setsid sleep 300 &) ; sleep 300"],
+                               limits={"wall_s": 600}))
+    deadline = time.monotonic() + 30
+    while "sleep" not in in_container(opencode_env, "ps", "-eo", "uid,comm").stdout and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}").status_code == 204
+    left = in_container(opencode_env, "sh", "-c", "ps -eo uid= | awk '$1>=20000' | wc -l").stdout.strip()
+    assert left == "0"
+
+
+def test_concurrent_rollouts_cannot_see_each_other(opencode_env) -> None:
+    url = opencode_env.url
+    a = create(url, task(setup=["echo secret-a > mine.txt"]), agent="external")
+    b = create(url, task(), agent="external")
+    try:
+        time.sleep(1)
+        uids = {}
+        for r in (a, b):
+            ls = in_container(opencode_env, "stat", "-c", "%u", f"/sandboxes/{r['rollout_id']}")
+            uids[r["rollout_id"]] = ls.stdout.strip()
+        assert uids[a["rollout_id"]] != uids[b["rollout_id"]]
+        peek = in_container(opencode_env, "setpriv", f"--reuid={uids[b['rollout_id']]}", f"--regid={uids[b['rollout_id']]}",
+                            "--clear-groups", "cat", f"/sandboxes/{a['rollout_id']}/work/mine.txt")
+        assert peek.returncode != 0 and "Permission denied" in peek.stderr
+        kill = in_container(opencode_env, "setpriv", f"--reuid={uids[b['rollout_id']]}", f"--regid={uids[b['rollout_id']]}",
+                            "--clear-groups", "kill", "-0", "1")
+        assert kill.returncode != 0
+    finally:
+        for r in (a, b):
+            httpx.delete(f"{url}/rollouts/{r['rollout_id']}")
+
+
+def test_network_reaches_only_the_proxy(opencode_env) -> None:
+    probe = ("import socket,sys\n"
+             "def ok(h,p):\n"
+             "    try:\n        socket.create_connection((h,p),timeout=3).close(); return True\n"
+             "    except OSError: return False\n"
+             "print(ok('127.0.0.1',8000), ok('inference',8000), ok('172.17.0.1',80), ok('1.1.1.1',443))")
+    run = in_container(opencode_env, "setpriv", "--reuid=20001", "--regid=20001", "--clear-groups", "python3", "-c", probe)
+    assert run.stdout.split() == ["True", "False", "False", "False"], run.stderr
+
+
+@pytest.mark.parametrize(
+    ("setup", "limits", "expect_status", "evidence"),
+    [
+        (["python3 -c 'x = b\"x\" * (400 << 20); import time; time.sleep(60)'"], {"memory_mb": 128}, "limit_exceeded",
+         "memory limit"),
+        (["head -c 100M /dev/zero > big.bin && echo written"], {"disk_mb": 16}, "setup_failed", "File size limit"),
+        (["python3 -c 'import subprocess; [subprocess.Popen([\"sleep\", \"30\"]) for _ in range(64)]'"],
+         {"max_processes": 16}, "setup_failed", "Resource temporarily unavailable"),
+        (["python3 -c 'while True: pass'"], {"cpu_s": 2}, "setup_failed", ""),
+        (["sleep 60"], {"wall_s": 3}, "timed_out", "wall-clock"),
+    ],
+)
+def test_resource_limits_hold(opencode_env, setup, limits, expect_status, evidence) -> None:
+    url = opencode_env.url
+    rollout = create(url, task(setup=setup, limits=limits))
+    status = wait(url, rollout["rollout_id"], timeout_s=120)
+    httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
+    assert status["status"] == expect_status, status
+    text = (status["detail"] or "") + "".join(r["stderr"] for r in status["setup_results"])
+    assert evidence in text, text
+    if limits.get("cpu_s"):
+        assert status["setup_results"][0]["exit_code"] == 128 + 24 or status["setup_results"][0]["exit_code"] == -24
+
+
+def test_upstream_down_is_an_infrastructure_failure_not_a_zero(opencode_env) -> None:
+    url = opencode_env.url
+    rollout = create(url, task(), upstream_url="http://127.0.0.1:9", model="x")
+    status = wait(url, rollout["rollout_id"])
+    verdict = httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=60).json()
+    httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
+    assert status["status"] == "infra_failure" and status["infra_failure"] is True
+    assert verdict["reward"] is None
+
+
+def test_traces_survive_a_restart(opencode_env) -> None:
+    url = opencode_env.url
+    rollout = create(url, task())
+    wait(url, rollout["rollout_id"])
+    before = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/trace").json()
+    opencode_env.get_wrapped_container().restart()
+    wait_healthy(f"{url}/health", timeout_s=60)
+    after = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/trace").json()
+    assert after == before and len(after["turns"]) == 2
+    assert httpx.get(f"{url}/rollouts/{rollout['rollout_id']}").json()["status"] == "stopped"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status"),
+    [
+        ("POST", "/rollouts", {"json": {"task": {"instruction": ""}}}, 422),
+        ("POST", "/rollouts", {"json": {"task": {"instruction": "x", "files": {"../escape": "x"}}}}, 422),
+        ("POST", "/rollouts", {"json": {"task": {"instruction": "x", "limits": {"max_turns": 0}}}}, 422),
+        ("POST", "/rollouts", {"content": "{nope", "headers": {"content-type": "application/json"}}, 422),
+        ("GET", "/rollouts/nope", {}, 404),
+        ("POST", "/rollouts/nope/verify", {}, 404),
+        ("POST", "/v1/chat/completions", {"json": {"messages": []}}, 401),
+        ("POST", "/v1/chat/completions", {"json": {"messages": []}, "headers": {"authorization": "Bearer wrong"}}, 401),
+    ],
+)
+def test_malformed_requests_get_4xx(opencode_env, method, path, kwargs, status) -> None:
+    response = httpx.request(method, f"{opencode_env.url}{path}", timeout=30, **kwargs)
+    assert response.status_code == status, response.text
+
+
+def test_proxy_rejects_bad_bodies_for_a_valid_key_and_capacity_is_reported(opencode_env) -> None:
+    url = opencode_env.url
+    rollouts = [create(url, task(), agent="external") for _ in range(3)]
+    try:
+        headers = {"authorization": f"Bearer {rollouts[0]['api_key']}", "content-type": "application/json"}
+        assert httpx.post(f"{url}/v1/chat/completions", content="{bad", headers=headers).status_code == 400
+        assert httpx.post(f"{url}/v1/chat/completions", json={"model": "x"}, headers=headers).status_code == 400
+        full = httpx.post(f"{url}/rollouts", json={"task": task()})
+        assert full.status_code == 503 and full.json()["detail"]["max_rollouts"] == 3
+    finally:
+        for r in rollouts:
+            httpx.delete(f"{url}/rollouts/{r['rollout_id']}")
