@@ -16,7 +16,7 @@ RUN npm install -g "opencode-ai@${OPENCODE_VERSION}" \
 
 FROM ${BASE_IMAGE}
 RUN apt-get update \
- && apt-get install -y --no-install-recommends iptables git ripgrep procps ca-certificates \
+ && apt-get install -y --no-install-recommends iptables git ripgrep procps tini ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=opencode /opencode /usr/local/bin/opencode
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -31,4 +31,6 @@ RUN mkdir -p /sandboxes /data/traces && chmod 0711 /sandboxes
 EXPOSE 8000
 HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
   CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
+# tini reaps the orphans of killed sandboxes (the service would otherwise inherit them as zombies).
+ENTRYPOINT ["tini", "--"]
 CMD ["python3", "-m", "opencode_env_server"]

@@ -7,7 +7,7 @@ VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 inputs=(docker/requirements/reasoning-gym-env.lock requirements/test.lock
         services/reasoning_gym_env/client/pyproject.toml services/reasoning_gym_env/server/pyproject.toml
-        services/inference/client/pyproject.toml)
+        services/inference/client/pyproject.toml services/opencode_env/server/pyproject.toml)
 stamp="$VENV/.rlstack-installed"
 digest=$(cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
@@ -18,5 +18,6 @@ echo "make-test-venv: installing test dependencies into $VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check 2> >(grep -v "^WARNING: Location" >&2) \
   -r docker/requirements/reasoning-gym-env.lock -r requirements/test.lock
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
-  -e services/reasoning_gym_env/client -e services/reasoning_gym_env/server -e services/inference/client
+  -e services/reasoning_gym_env/client -e services/reasoning_gym_env/server -e services/inference/client \
+  -e services/opencode_env/server
 echo "$digest" > "$stamp"

@@ -38,7 +38,7 @@ class CommandResult:
 
 
 def processes_of(uid: int) -> list[tuple[int, int]]:
-    """(pid, resident kB) of every live process whose real uid is ``uid``."""
+    """(pid, resident kB) of every live (not zombie) process whose real uid is ``uid``."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -48,7 +48,8 @@ def processes_of(uid: int) -> list[tuple[int, int]]:
                 fields = dict(line.split(":", 1) for line in status if ":" in line)
         except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
             continue
-        if int(fields.get("Uid", "-1").split()[0]) == uid:
+        zombie = fields.get("State", "").strip().startswith("Z")  # already dead, waiting to be reaped
+        if int(fields.get("Uid", "-1").split()[0]) == uid and not zombie:
             found.append((int(entry.name), int(fields.get("VmRSS", "0 kB").split()[0])))
     return found
 
@@ -158,8 +159,9 @@ class Sandbox:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def kill_all(self, timeout_s: float = 5.0) -> int:
-        """SIGKILL every process of the uid until none is left; returns how many were killed."""
+    def kill_all(self, timeout_s: float = 1.0) -> int:
+        """SIGKILL every process of the uid until none is left (repeated passes catch processes forked
+        meanwhile); returns how many were killed."""
         killed, deadline = 0, time.monotonic() + timeout_s
         while (procs := processes_of(self.uid)) and time.monotonic() < deadline:
             for pid, _ in procs:
@@ -168,7 +170,7 @@ class Sandbox:
                     killed += 1
                 except ProcessLookupError:
                     pass
-            time.sleep(0.02)
+            time.sleep(0.005)
         return killed
 
     async def watch(self, interval_s: float = 0.5) -> str:
