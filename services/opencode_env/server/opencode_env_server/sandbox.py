@@ -125,7 +125,8 @@ class Sandbox:
         os.setsid()
         limits = self.limits
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
+        # Soft limit: SIGXCPU (the process can tell why it died); hard limit a second later: SIGKILL.
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.disk_mb * MB, limits.disk_mb * MB))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.setgroups([])
@@ -141,14 +142,15 @@ class Sandbox:
     async def run(self, command: str, timeout_s: float, stdin: str = "", env: Optional[dict[str, str]] = None) -> CommandResult:
         """Run a shell command to completion in the sandbox; kills it at the timeout."""
         started = time.monotonic()
-        proc = await self.spawn(["bash", "-c", command], env or self.env(), asyncio.subprocess.PIPE,
-                                asyncio.subprocess.PIPE, stdin=asyncio.subprocess.PIPE)
+        pipe = asyncio.subprocess.PIPE
+        proc = await self.spawn(["bash", "-c", command], env or self.env(), pipe, pipe,
+                                stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout_s)
+            out, err = await asyncio.wait_for(_communicate(proc, stdin.encode()), timeout_s)
             return CommandResult(command, proc.returncode, _text(out), _text(err), time.monotonic() - started)
         except asyncio.TimeoutError:
             self.kill_group(proc.pid)
-            out, err = await proc.communicate()
+            out, err = await _communicate(proc, b"")
             return CommandResult(command, None, _text(out), _text(err), time.monotonic() - started, timed_out=True)
 
     @staticmethod
@@ -202,6 +204,24 @@ class Sandbox:
         """Kill every process of the uid and remove the directory."""
         self.kill_all()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def _communicate(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
+    """Feed stdin (ignoring a program that exits without reading it) and collect stdout/stderr."""
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        try:
+            proc.stdin.write(data)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError, RuntimeError):
+            pass
+
+    _, out, err = await asyncio.gather(feed(), proc.stdout.read(), proc.stderr.read())
+    await proc.wait()
+    return out, err
 
 
 def _text(data: Optional[bytes], limit: int = 64 * 1024) -> str:
