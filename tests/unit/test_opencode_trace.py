@@ -1,0 +1,84 @@
+"""OpenCode env logic that needs no sandbox: SSE accumulation, request preparation, trace shape, tasks."""
+
+import orjson
+import pytest
+from openenv.core.harness.training import TrainingTrace
+from opencode_env_server.proxy import Proxy, StreamAccumulator
+from opencode_env_server.tasks import RolloutRequest, Task
+from opencode_env_server.trace import Turn, extends, training_trace
+from pydantic import ValidationError
+
+
+def sse(chunk: dict) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def turn(index: int, prompt: list[int], completion: list[int], trainable: bool = True, status: int = 200) -> Turn:
+    return Turn(turn=index, request={}, response={}, prompt_token_ids=prompt, completion_token_ids=completion,
+                per_token_logps=[-0.1] * len(completion), finish_reason="stop", latency_s=0.1, weight_version="v1",
+                stream=False, trainable=trainable, upstream_status=status)
+
+
+def test_stream_accumulator_rebuilds_ids_logprobs_and_tool_calls_across_split_chunks() -> None:
+    stream = b"".join([
+        sse({"model": "m", "prompt_token_ids": [1, 2, 3], "choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
+        sse({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "bash", "arguments": '{"com'}}]},
+                          "token_ids": [10], "logprobs": {"content": [{"token": "token_id:10", "logprob": -0.5}]}}]}),
+        sse({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'mand": "ls"}'}}]},
+                          "token_ids": [11, 12], "logprobs": {"content": [{"logprob": -0.25}, {"logprob": -1.0}]},
+                          "finish_reason": "tool_calls"}]}),
+        sse({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3}}),
+        b"data: [DONE]\n\n",
+    ])
+    acc = StreamAccumulator()
+    for i in range(0, len(stream), 7):  # network chunks split lines anywhere
+        acc.feed(stream[i : i + 7])
+    assert (acc.prompt_ids, acc.completion_ids, acc.logps) == ([1, 2, 3], [10, 11, 12], [-0.5, -0.25, -1.0])
+    message = acc.response()["choices"][0]["message"]
+    assert message["tool_calls"][0]["function"] == {"name": "bash", "arguments": '{"command": "ls"}'}
+    assert acc.response()["choices"][0]["finish_reason"] == "tool_calls"
+
+
+class FakeRollout:
+    upstream_url, model, sampling = "http://up", "served-model", {"temperature": 0.7}
+
+
+def test_prepare_forces_capture_fields_model_sampling_and_caps_tokens() -> None:
+    body = {"model": "rlstack/policy", "messages": [], "max_tokens": 5000, "stream": True, "temperature": 0.1}
+    out = Proxy(http=None).prepare(FakeRollout(), body, max_tokens=256)  # type: ignore[arg-type]
+    assert out["model"] == "served-model" and out["temperature"] == 0.7
+    assert out["logprobs"] is True and out["return_token_ids"] is True
+    assert out["max_tokens"] == 256 and out["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 5000  # the agent's request is not mutated
+    small = Proxy(http=None).prepare(FakeRollout(), {"messages": [], "max_completion_tokens": 10}, max_tokens=256)  # type: ignore[arg-type]
+    assert small["max_tokens"] == 10 and "max_completion_tokens" not in small
+
+
+def test_prefix_check() -> None:
+    first = turn(0, [1, 2], [3, 4])
+    assert extends(None, [1, 2, 3]) is None
+    assert extends(first, [1, 2, 3, 4, 5, 6]) is True
+    assert extends(first, [1, 2, 3, 9, 5]) is False
+    assert extends(turn(0, [], [], status=500), [1]) is None
+
+
+def test_training_trace_validates_as_openenv_training_trace_with_masks() -> None:
+    turns = [turn(0, [1, 2], [3, 4]), turn(1, [1, 2, 3, 4, 5], [6], trainable=False), turn(2, [], [], status=400)]
+    trace = training_trace(turns, "r1")
+    parsed = TrainingTrace.model_validate(trace)
+    assert [t.node_id for t in parsed.turns] == ["r1:0", "r1:1"]  # failed calls carry no tokens
+    assert parsed.turns[0].loss_mask == [0, 0, 1, 1]
+    assert parsed.turns[1].loss_mask == [0] * 5 + [0]  # no tools: recorded, not trained
+
+
+@pytest.mark.parametrize("files", [{"../x": ""}, {"/etc/passwd": ""}, {"": ""}, {"a/../../b": ""}])
+def test_task_files_must_stay_in_the_work_dir(files: dict) -> None:
+    with pytest.raises(ValidationError):
+        Task(instruction="x", files=files)
+
+
+def test_rollout_request_rejects_unknown_fields_and_bad_limits() -> None:
+    with pytest.raises(ValidationError):
+        RolloutRequest.model_validate({"task": {"instruction": "x"}, "agnt": "opencode"})
+    with pytest.raises(ValidationError):
+        RolloutRequest.model_validate({"task": {"instruction": "x", "limits": {"max_turns": 0}}})
