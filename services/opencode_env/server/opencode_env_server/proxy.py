@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator, Optional, Protocol
 import httpx
 import orjson
 from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from .trace import Turn
 
@@ -95,11 +96,26 @@ class StreamAccumulator:
 class Proxy:
     """Relays chat completions for rollouts over one shared HTTP connection pool."""
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
+    def __init__(self, http: httpx.AsyncClient, weight_version_ttl_s: float = 0.25) -> None:
         self.http = http
+        self.weight_version_ttl_s = weight_version_ttl_s
+        self._versions: dict[str, tuple[float, asyncio.Future]] = {}
 
-    async def weight_version(self, base_url: str) -> Optional[str]:
-        """The inference server's current weight version (vLLM dev mode), or None if it has none."""
+    def weight_version(self, base_url: str) -> asyncio.Future:
+        """The inference server's weight version (vLLM dev mode; None if it has none).
+
+        Read at most once per ``weight_version_ttl_s`` per upstream and shared by the calls in that
+        window, so the lookup stays off the per-call cost; a turn may carry a version up to that
+        old across a weight update.
+        """
+        now = time.monotonic()
+        cached = self._versions.get(base_url)
+        if cached is None or now - cached[0] > self.weight_version_ttl_s:
+            cached = (now, asyncio.ensure_future(self._fetch_version(base_url)))
+            self._versions[base_url] = cached
+        return cached[1]
+
+    async def _fetch_version(self, base_url: str) -> Optional[str]:
         try:
             response = await self.http.get(f"{base_url}/weight_info", timeout=5.0)
             return str(response.json().get("weight_version")) if response.status_code == 200 else None
@@ -124,7 +140,7 @@ class Proxy:
         max_tokens = rollout.admit_call()
         forwarded = self.prepare(rollout, body, max_tokens)
         index = rollout.next_turn_index()
-        version = asyncio.create_task(self.weight_version(rollout.upstream_url))
+        version = self.weight_version(rollout.upstream_url)
         started = time.monotonic()
         url = f"{rollout.upstream_url}/v1/chat/completions"
         trainable = bool(body.get("tools"))
@@ -133,26 +149,32 @@ class Proxy:
         try:
             upstream = await self.http.post(url, content=orjson.dumps(forwarded), headers=JSON_HEADERS)
         except httpx.HTTPError as exc:
-            return await self._failed(rollout, version, f"inference upstream {url}: {type(exc).__name__}: {exc}")
+            return await self._failed(rollout, f"inference upstream {url}: {type(exc).__name__}: {exc}")
         if upstream.status_code >= 400:
             return await self._upstream_error(rollout, upstream.status_code, upstream.content, forwarded, index,
                                               version, started, trainable, stream=False)
-        reply = orjson.loads(upstream.content)
-        choice = (reply.get("choices") or [{}])[0]
-        rollout.record(Turn(
-            turn=index, request=forwarded, response=reply, prompt_token_ids=reply.get("prompt_token_ids") or [],
-            completion_token_ids=choice.get("token_ids") or [], per_token_logps=_logprobs(choice),
-            finish_reason=choice.get("finish_reason"), latency_s=time.monotonic() - started,
-            weight_version=await version, stream=False, trainable=trainable,
-        ))
-        return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
+        latency = time.monotonic() - started
+
+        async def record() -> None:
+            reply = orjson.loads(upstream.content)
+            choice = (reply.get("choices") or [{}])[0]
+            rollout.record(Turn(
+                turn=index, request=forwarded, response=reply, prompt_token_ids=reply.get("prompt_token_ids") or [],
+                completion_token_ids=choice.get("token_ids") or [], per_token_logps=_logprobs(choice),
+                finish_reason=choice.get("finish_reason"), latency_s=latency,
+                weight_version=await version, stream=False, trainable=trainable,
+            ))
+
+        # Recorded right after the reply is sent (as for streams), not on the agent's critical path.
+        return Response(upstream.content, status_code=upstream.status_code, media_type="application/json",
+                        background=BackgroundTask(record))
 
     async def _stream(self, rollout, url, forwarded, index, version, started, trainable) -> Response:
         request = self.http.build_request("POST", url, content=orjson.dumps(forwarded), headers=JSON_HEADERS)
         try:
             upstream = await self.http.send(request, stream=True)
         except httpx.HTTPError as exc:
-            return await self._failed(rollout, version, f"inference upstream {url}: {type(exc).__name__}: {exc}")
+            return await self._failed(rollout, f"inference upstream {url}: {type(exc).__name__}: {exc}")
         if upstream.status_code >= 400:
             content = await upstream.aread()
             await upstream.aclose()
@@ -167,7 +189,6 @@ class Proxy:
                     yield data
             except httpx.HTTPError as exc:
                 rollout.infra_failure(f"inference stream broke: {type(exc).__name__}: {exc}")
-                version.cancel()
                 return
             finally:
                 await upstream.aclose()
@@ -180,8 +201,7 @@ class Proxy:
         return StreamingResponse(relay_chunks(), status_code=upstream.status_code,
                                  media_type=upstream.headers.get("content-type", "text/event-stream"))
 
-    async def _failed(self, rollout: RolloutCalls, version: asyncio.Task, message: str) -> Response:
-        version.cancel()
+    async def _failed(self, rollout: RolloutCalls, message: str) -> Response:
         rollout.infra_failure(message)
         return error_response(502, message, "upstream_error")
 

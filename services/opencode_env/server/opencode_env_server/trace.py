@@ -2,9 +2,11 @@
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+import orjson
 
 
 @dataclass
@@ -77,8 +79,8 @@ class TraceStore:
 
     def append_turn(self, rollout_id: str, turn: Turn) -> None:
         """Persist one turn as soon as it is recorded."""
-        with open(self.root / f"{rollout_id}.turns.jsonl", "a") as f:
-            f.write(json.dumps(asdict(turn)) + "\n")
+        with open(self.root / f"{rollout_id}.turns.jsonl", "ab") as f:
+            f.write(orjson.dumps(turn) + b"\n")  # orjson serialises dataclasses without copying them
 
     def write_summary(self, rollout_id: str, summary: dict[str, Any]) -> None:
         """Replace the rollout's summary (status, reward, limits) atomically."""
