@@ -18,7 +18,7 @@ from .rollouts import FINAL, CapacityError, LimitReached, Rollout, RolloutManage
 from .sandbox import apply_network_rules
 from .settings import Settings
 from .tasks import RolloutRequest
-from .trace import TraceStore, training_trace
+from .trace import TraceStore, Turn, training_trace
 
 log = logging.getLogger("opencode_env_server")
 
@@ -96,14 +96,19 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
         return _json({"rollout_id": rollout.id, "api_key": rollout.key, "status": rollout.status,
                       "proxy_base_url": f"http://{host}/v1", "model": rollout.model}, 201)
 
-    @app.get("/rollouts/{rollout_id}")
-    async def get_rollout(rollout_id: str) -> Response:
+    def recorded(rollout_id: str) -> tuple[dict[str, Any], list[Turn]]:
+        """Summary and turns of a live rollout, or of one on the traces volume (e.g. before a restart)."""
         if rollout_id in manager.rollouts:
-            return _json(manager.rollouts[rollout_id].summary())
+            rollout = manager.rollouts[rollout_id]
+            return rollout.summary(), rollout.turns
         archived = store.load(rollout_id)
         if archived is None:
             raise HTTPException(404, f"unknown rollout {rollout_id!r}")
-        return _json(archived[0])
+        return archived
+
+    @app.get("/rollouts/{rollout_id}")
+    async def get_rollout(rollout_id: str) -> Response:
+        return _json(recorded(rollout_id)[0])
 
     @app.post("/rollouts/{rollout_id}/wait")
     async def wait(rollout_id: str, timeout_s: float = 600.0) -> Response:
@@ -122,21 +127,11 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
 
     @app.get("/rollouts/{rollout_id}/trace")
     async def trace(rollout_id: str) -> Response:
-        if rollout_id in manager.rollouts:
-            return _json(manager.rollouts[rollout_id].trace())
-        archived = store.load(rollout_id)
-        if archived is None:
-            raise HTTPException(404, f"unknown rollout {rollout_id!r}")
-        return _json(training_trace(archived[1], rollout_id))
+        return _json(training_trace(recorded(rollout_id)[1], rollout_id))
 
     @app.get("/rollouts/{rollout_id}/turns")
     async def turns(rollout_id: str) -> Response:
-        if rollout_id in manager.rollouts:
-            return _json([asdict(t) for t in manager.rollouts[rollout_id].turns])
-        archived = store.load(rollout_id)
-        if archived is None:
-            raise HTTPException(404, f"unknown rollout {rollout_id!r}")
-        return _json([asdict(t) for t in archived[1]])
+        return _json([asdict(t) for t in recorded(rollout_id)[1]])
 
     @app.post("/rollouts/{rollout_id}/verify")
     async def verify(rollout_id: str) -> Response:

@@ -11,7 +11,7 @@ from . import opencode
 from .sandbox import CommandResult, Sandbox
 from .settings import Settings
 from .tasks import RolloutRequest
-from .trace import TraceStore, Turn, extends, training_trace
+from .trace import TraceStore, Turn, extends
 
 log = logging.getLogger("opencode_env_server.rollouts")
 
@@ -117,8 +117,6 @@ class Rollout:
     def persist(self) -> None:
         self._store.write_summary(self.id, {**self.summary(), "verification": self.verification})
 
-    def trace(self) -> dict[str, Any]:
-        return training_trace(self.turns, self.id)
 
 
 class RolloutManager:

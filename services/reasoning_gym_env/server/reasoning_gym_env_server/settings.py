@@ -4,20 +4,13 @@ import os
 from dataclasses import dataclass
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_number(name: str, default: float, kind: type = int):
+    """The variable ``name`` parsed as ``kind``, or ``default`` when unset; exits on a bad value."""
     raw = os.environ.get(name, "")
     try:
-        return int(raw) if raw else default
+        return kind(raw) if raw else default
     except ValueError:
-        raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
-    try:
-        return float(raw) if raw else default
-    except ValueError:
-        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+        raise SystemExit(f"{name} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
 
 
 @dataclass(frozen=True)
@@ -36,10 +29,10 @@ class Settings:
         """HOST, PORT, MAX_CONCURRENT_ENVS, SESSION_IDLE_TIMEOUT_S, MAX_MESSAGE_BYTES, LOG_LEVEL."""
         settings = cls(
             host=os.environ.get("HOST", cls.host),
-            port=_env_int("PORT", cls.port),
-            max_concurrent_envs=_env_int("MAX_CONCURRENT_ENVS", cls.max_concurrent_envs),
-            session_idle_timeout_s=_env_float("SESSION_IDLE_TIMEOUT_S", cls.session_idle_timeout_s),
-            max_message_bytes=_env_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
+            port=_env_number("PORT", cls.port),
+            max_concurrent_envs=_env_number("MAX_CONCURRENT_ENVS", cls.max_concurrent_envs),
+            session_idle_timeout_s=_env_number("SESSION_IDLE_TIMEOUT_S", cls.session_idle_timeout_s, float),
+            max_message_bytes=_env_number("MAX_MESSAGE_BYTES", cls.max_message_bytes),
             log_level=os.environ.get("LOG_LEVEL", cls.log_level).lower(),
         )
         if settings.max_concurrent_envs < 1:
