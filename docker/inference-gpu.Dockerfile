@@ -11,7 +11,8 @@ RUN apt-get update \
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv "$VIRTUAL_ENV"
 COPY docker/requirements/inference-gpu.lock /tmp/inference-gpu.lock
-RUN pip install --no-deps -r /tmp/inference-gpu.lock && vllm --version
+# `vllm --version` needs a GPU to infer the device; importing the package does not.
+RUN pip install --no-deps -r /tmp/inference-gpu.lock && python3 -c "import vllm; print(vllm.__version__)"
 RUN pip install --no-deps trl==1.16.0
 COPY services/inference/server /src/inference-server
 RUN pip install --no-deps /src/inference-server && python3 -c "import rlstack_inference, vllm"
