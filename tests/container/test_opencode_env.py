@@ -230,3 +230,24 @@ def test_proxy_rejects_bad_bodies_for_a_valid_key_and_capacity_is_reported(openc
     finally:
         for r in rollouts:
             httpx.delete(f"{url}/rollouts/{r['rollout_id']}")
+
+
+def test_openenv_ws_run_rollout_returns_upstreams_result_shape(opencode_env) -> None:
+    from websockets.sync.client import connect
+
+    with connect(opencode_env.url.replace("http://", "ws://") + "/ws", max_size=None) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {}}))
+        tools = json.loads(ws.recv(timeout=30))["data"]["observation"]["tools"]
+        assert [t["name"] for t in tools] == ["run_rollout"]
+        ws.send(json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "run_rollout", "arguments": {
+            "instruction": "Write solution.py that reverses its input.", "verify": ["test -f solution.py"],
+            "task_id": "ws", "agent_timeout_s": 120}}}))
+        reply = json.loads(ws.recv(timeout=300))["data"]
+        result = json.loads(reply["observation"]["result"])
+        assert reply["reward"] == result["reward"] == 1.0 and reply["done"] is True, (result["error"], result["verify_results"], result["agent_log_tail"][-600:], len(result["proxy_turns"]))
+        assert result["task_id"] == "ws" and result["verify_results"][0]["exit_code"] == 0
+        assert result["proxy_turns"] and all(t["completion_token_ids"] for t in result["proxy_turns"])
+        ws.send(json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "run_rollout",
+                                                      "arguments": {"instruction": "x", "bogus": 1}}}))
+        assert "unknown arguments" in json.loads(ws.recv(timeout=30))["data"]["observation"]["error"]
+    assert httpx.get(f"{opencode_env.url}/health").json()["active_rollouts"] == 0

@@ -113,10 +113,7 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
     @app.post("/rollouts/{rollout_id}/wait")
     async def wait(rollout_id: str, timeout_s: float = 600.0) -> Response:
         rollout = live(rollout_id)
-        try:
-            await asyncio.wait_for(rollout.done.wait(), timeout=min(timeout_s, 3600))
-        except asyncio.TimeoutError:
-            pass
+        await asyncio.wait({rollout.runner}, timeout=min(timeout_s, 3600))
         return _json({**rollout.summary(), "final": rollout.status in FINAL})
 
     @app.post("/rollouts/{rollout_id}/finish")
@@ -217,7 +214,7 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
             return {"observation": {"tool_name": "run_rollout", "result": None, "error": str(detail)},
                     "reward": None, "done": True}
         try:
-            await rollout.done.wait()
+            await asyncio.wait({rollout.runner})
             verification = await manager.verify(rollout)
             result = openenv_compat.rollout_result(rollout.summary(), verification, [asdict(t) for t in rollout.turns],
                                                    rollout.sandbox.list_files(), manager.agent_log(rollout))

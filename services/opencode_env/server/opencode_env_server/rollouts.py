@@ -57,6 +57,7 @@ class Rollout:
         self.finished_at: Optional[float] = None
         self.done = asyncio.Event()
         self.agent: Optional[asyncio.subprocess.Process] = None
+        self.runner: Optional[asyncio.Task] = None  # ends once the rollout's processes are cleaned up
         self._store = store
 
     # --- called by the proxy -------------------------------------------------------------
@@ -142,7 +143,7 @@ class RolloutManager:
         rollout = Rollout(request, self.settings, self.free_slots.pop(0), model, self.store)
         self.rollouts[rollout.id] = rollout
         self.by_key[rollout.key] = rollout
-        task = asyncio.create_task(self._run(rollout), name=f"rollout-{rollout.id}")
+        task = rollout.runner = asyncio.create_task(self._run(rollout), name=f"rollout-{rollout.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return rollout
@@ -207,6 +208,9 @@ class RolloutManager:
             raise ValueError(f"rollout {rollout.id} is still {rollout.status}; wait for it first")
         if rollout.verification is not None:
             return rollout.verification
+        # The status is final as soon as a limit hits; the agent's processes are gone only once the
+        # runner has finished cleaning up (it would otherwise kill the tests too).
+        await asyncio.wait({rollout.runner})
         if rollout.status in (INFRA_FAILURE, SETUP_FAILED):
             rollout.verification = {"reward": None, "passed": 0, "total": 0, "results": [],
                                     "reason": f"not scored: {rollout.status} ({rollout.detail})"}
