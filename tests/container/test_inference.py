@@ -51,7 +51,7 @@ def test_chat_completion_token_ids_and_logprobs_match_transformers(server, infer
     assert [e["token"] for e in choice["logprobs"]["content"]] == [f"token_id:{i}" for i in completion_ids]
     ref = reference(inference_image, models_volume, "/models/a", messages=MESSAGES, completion_ids=completion_ids)
     assert prompt_ids == ref["prompt_ids"]  # transformers and vLLM tokenise alike
-    assert max(abs(a - b) for a, b in zip(engine_logprobs(choice), ref["logprobs"])) < TOLERANCE
+    assert max(abs(a - b) for a, b in zip(engine_logprobs(choice), ref["logprobs"], strict=True)) < TOLERANCE
 
 
 def test_streaming_carries_the_same_ids_and_logprobs(server) -> None:
@@ -65,7 +65,7 @@ def test_streaming_carries_the_same_ids_and_logprobs(server) -> None:
     logprobs = [e["logprob"] for c in chunks for ch in c["choices"] for e in ((ch.get("logprobs") or {}).get("content") or [])]
     assert prompt_ids == unary["prompt_token_ids"]
     assert ids == unary["choices"][0]["token_ids"]
-    assert max(abs(a - b) for a, b in zip(logprobs, engine_logprobs(unary["choices"][0]))) < TOLERANCE
+    assert max(abs(a - b) for a, b in zip(logprobs, engine_logprobs(unary["choices"][0]), strict=True)) < TOLERANCE
 
 
 def test_tool_call_is_parsed_into_tool_calls(scripted_inference) -> None:
@@ -86,9 +86,9 @@ def test_weight_update_serves_the_new_checkpoint(server, inference_image, models
             assert sync.weight_version() != old_version
             after = chat(server)["choices"][0]
             ref_b = reference(inference_image, models_volume, "/models/b", messages=MESSAGES, completion_ids=after["token_ids"])
-            assert max(abs(a - b) for a, b in zip(engine_logprobs(after), ref_b["logprobs"])) < TOLERANCE
+            assert max(abs(a - b) for a, b in zip(engine_logprobs(after), ref_b["logprobs"], strict=True)) < TOLERANCE
             ref_a = reference(inference_image, models_volume, "/models/a", messages=MESSAGES, completion_ids=after["token_ids"])
-            assert max(abs(a - b) for a, b in zip(engine_logprobs(after), ref_a["logprobs"])) > 0.01
+            assert max(abs(a - b) for a, b in zip(engine_logprobs(after), ref_a["logprobs"], strict=True)) > 0.01
         finally:
             sync.reload("/models/a", "step-2")  # leave the shared server as the other tests expect
     restored = chat(server)["choices"][0]
