@@ -4,6 +4,7 @@ import asyncio
 import logging
 import secrets
 import time
+from pathlib import Path
 from dataclasses import asdict
 from typing import Any, Optional
 
@@ -115,6 +116,11 @@ class Rollout:
             "setup_results": [asdict(r) for r in self.setup_results], "limits": self.limits.model_dump(),
         }
 
+    @property
+    def agent_log_path(self) -> Path:
+        """OpenCode's stdout/stderr, beside (not inside) the sandbox so the agent cannot rewrite it."""
+        return self.sandbox.dir.parent / f"{self.id}.agent.log"
+
     def persist(self) -> None:
         self._store.write_summary(self.id, {**self.summary(), "verification": self.verification})
 
@@ -186,7 +192,7 @@ class RolloutManager:
         sandbox = rollout.sandbox
         proxy_url = f"http://127.0.0.1:{self.settings.port}/v1"
         env = opencode.prepare(sandbox, proxy_url, rollout.key, rollout.limits.max_tokens_per_turn)
-        with open(sandbox.dir.parent / f"{rollout.id}.agent.log", "wb") as agent_log:
+        with open(rollout.agent_log_path, "wb") as agent_log:
             rollout.agent = await sandbox.spawn(opencode.command(self.settings.opencode_bin, rollout.task.instruction),
                                                 env, agent_log, asyncio.subprocess.STDOUT)
             exited = asyncio.create_task(rollout.agent.wait())
@@ -198,8 +204,7 @@ class RolloutManager:
                 if sandbox.violation:
                     rollout.stop(LIMIT_EXCEEDED, sandbox.violation)
                 rollout.stop(COMPLETED, f"agent exited with {rollout.agent_exit_code}")
-            else:
-                sandbox.kill_all()
+            else:  # stop() already killed the agent
                 rollout.agent_exit_code = await exited
 
     async def verify(self, rollout: Rollout) -> dict[str, Any]:
@@ -240,12 +245,12 @@ class RolloutManager:
         rollout.stop(STOPPED, "closed by the client")
         if self.by_key.pop(rollout.key, None) is not None:
             rollout.sandbox.destroy()
-            (rollout.sandbox.dir.parent / f"{rollout.id}.agent.log").unlink(missing_ok=True)
+            rollout.agent_log_path.unlink(missing_ok=True)
             self.free_slots.append(rollout.slot)
         self.rollouts.pop(rollout.id, None)
 
     def agent_log(self, rollout: Rollout) -> str:
-        path = rollout.sandbox.dir.parent / f"{rollout.id}.agent.log"
+        path = rollout.agent_log_path
         return path.read_text(errors="replace")[-64_000:] if path.exists() else ""
 
     async def shutdown(self) -> None:
