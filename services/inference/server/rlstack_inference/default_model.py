@@ -10,6 +10,8 @@ does not refresh a tied lm_head).
 
     python -m rlstack_inference.default_model --out /models/default [--seed 0] [--if-missing]
     python -m rlstack_inference.default_model --out DIR --scripted-tool-call '{"name": "bash", ...}'
+    python -m rlstack_inference.default_model --out DIR --choices 0,1,2 \\
+        --scripted-tool-call '{"name": "answer", "arguments": {"answer": "{choice}"}}'
 
 ``--scripted-tool-call`` makes a test fixture instead: attention and MLP outputs are zeroed so the
 next token depends only on the current one, and the lm_head is set so that after any prompt the
@@ -121,40 +123,59 @@ def build_model(tokenizer, seed: int):
     return model
 
 
-def script_tool_call(model, tokenizer, call: dict) -> None:
+CHOICE = "{choice}"
+
+
+def script_tool_call(model, tokenizer, call: dict, choices: list[str] | None = None) -> None:
     """Make the model emit ``<tool_call>`` + ``call`` + ``</tool_call>`` and end its turn, always.
 
     With attention and MLP outputs zeroed the hidden state is the current token's embedding, so the
     lm_head alone picks the next token. The call is one added token, so every token of the chain is
-    distinct and has one successor.
+    distinct and has one successor. With ``choices``, the string ``{choice}`` in the call is where
+    the model samples one of them (single tokens, equally likely at first): a toy policy whose only
+    decision is that choice, which RL can then shift.
     """
     import torch
 
-    call_token = "\n" + json.dumps(call) + "\n"
-    tokenizer.add_tokens([call_token])
+    text = "\n" + json.dumps(call) + "\n"
+    parts = text.split(CHOICE) if choices else [text]
+    if len(parts) > 2 or (choices and len(parts) != 2):
+        raise ValueError(f"with choices the call must contain {CHOICE!r} exactly once")
+    tokenizer.add_tokens(parts)
     model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     model.config.vocab_size = len(tokenizer)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<tool_call>", "</tool_call>", "<|im_end|>", call_token)}
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<tool_call>", "</tool_call>", "<|im_end|>", *parts)}
+    choice_ids = []
+    for choice in choices or []:
+        encoded = tokenizer.encode(choice)
+        if len(encoded) != 1:
+            raise ValueError(f"choice {choice!r} is {len(encoded)} tokens; each choice must be one token")
+        choice_ids.append(encoded[0])
     # Generation prompts end in "\n" (or "\n\n" after an empty think block); both start the call.
     starts = {tokenizer.encode(s)[-1] for s in ("<|im_start|>assistant\n", "<think>\n\n</think>\n\n")}
-    successor = {s: ids["<tool_call>"] for s in starts}
-    successor.update({ids["<tool_call>"]: ids[call_token], ids[call_token]: ids["</tool_call>"],
-                      ids["</tool_call>"]: ids["<|im_end|>"]})
+    successors: dict[int, list[int]] = {s: [ids["<tool_call>"]] for s in starts}
+    successors[ids["<tool_call>"]] = [ids[parts[0]]]
+    if choices:
+        successors[ids[parts[0]]] = choice_ids
+        successors.update({c: [ids[parts[1]]] for c in choice_ids})
+    successors[ids[parts[-1]]] = [ids["</tool_call>"]]
+    successors[ids["</tool_call>"]] = [ids["<|im_end|>"]]
     hidden = model.config.hidden_size
-    if len(successor) > hidden:
+    if len(successors) > hidden:
         raise ValueError("too many scripted transitions for the hidden size")
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
         embed, head = model.model.embed_tokens.weight, model.lm_head.weight
-        chain = sorted(successor)
-        # Token k of the chain gets basis direction k; only its successor scores on that direction.
+        chain = sorted(successors)
+        # Token k of the chain gets basis direction k; only its successors score on that direction.
         head[:, : len(chain)] = 0.0
-        head[sorted(set(successor.values()))] = 0.0
+        head[sorted({n for nexts in successors.values() for n in nexts})] = 0.0
         for k, current in enumerate(chain):
             embed[current] = torch.nn.functional.one_hot(torch.tensor(k), hidden).float()
-            head[successor[current], k] = 100.0
+            for successor in successors[current]:
+                head[successor, k] = 100.0
 
 
 def file_digests(out: Path) -> dict[str, str]:
@@ -166,7 +187,8 @@ def file_digests(out: Path) -> dict[str, str]:
     }
 
 
-def generate(out: Path, seed: int, scripted_tool_call: dict | None = None, tokenizer_from: Path | None = None) -> dict:
+def generate(out: Path, seed: int, scripted_tool_call: dict | None = None, tokenizer_from: Path | None = None,
+             choices: list[str] | None = None) -> dict:
     """Write tokenizer, config and weights to ``out``; returns the manifest.
 
     ``tokenizer_from`` reuses the tokenizer of an earlier output instead of training it again (the
@@ -180,7 +202,7 @@ def generate(out: Path, seed: int, scripted_tool_call: dict | None = None, token
         tokenizer = train_tokenizer()
     model = build_model(tokenizer, seed)
     if scripted_tool_call is not None:
-        script_tool_call(model, tokenizer, scripted_tool_call)
+        script_tool_call(model, tokenizer, scripted_tool_call, choices)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     # transformers 5 records its own class name, which transformers 4 does not know; both resolve
@@ -196,6 +218,7 @@ def generate(out: Path, seed: int, scripted_tool_call: dict | None = None, token
         "generator_version": GENERATOR_VERSION,
         "seed": seed,
         "scripted_tool_call": scripted_tool_call,
+        "choices": choices,
         "vocab_size": len(tokenizer),
         "parameters": sum(p.numel() for p in model.parameters()),
         "files": file_digests(out),
@@ -214,11 +237,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--if-missing", action="store_true", help="do nothing if --out already holds a model")
     parser.add_argument("--scripted-tool-call", type=json.loads, default=None, metavar="JSON",
                         help='test fixture: always call this tool, e.g. {"name": "bash", "arguments": {...}}')
+    parser.add_argument("--choices", type=lambda v: v.split(","), default=None, metavar="A,B,...",
+                        help="with --scripted-tool-call: sample one of these single tokens where the call says {choice}")
     args = parser.parse_args(argv)
     if args.if_missing and (args.out / "rlstack_model.json").exists():
         print(f"default_model: {args.out} already holds a model", flush=True)
         return
-    manifest = generate(args.out, args.seed, args.scripted_tool_call, args.tokenizer_from)
+    manifest = generate(args.out, args.seed, args.scripted_tool_call, args.tokenizer_from, args.choices)
     print(f"default_model: wrote {args.out} (vocab {manifest['vocab_size']}, "
           f"{manifest['parameters']:,} parameters, seed {manifest['seed']})", flush=True)
 

@@ -1,0 +1,110 @@
+"""Synchronous HTTP client of the OpenCode environment's rollout API."""
+
+from typing import Any, Optional
+
+import httpx
+
+
+class OpenCodeEnvError(RuntimeError):
+    """The service answered with an error, or could not be reached; ``status`` is None when unreachable."""
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServiceBusyError(OpenCodeEnvError):
+    """Every rollout slot is taken (HTTP 503); retry later or raise ``MAX_CONCURRENT_ROLLOUTS``."""
+
+
+class OpenCodeEnvClient:
+    """Create, wait for, score and close rollouts (``POST /rollouts`` and friends).
+
+    Every call has a timeout; waiting is done in server-side long polls of at most ``poll_s``.
+    """
+
+    def __init__(self, base_url: str, timeout_s: float = 30.0, poll_s: float = 30.0,
+                 transport: Optional[httpx.BaseTransport] = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> "OpenCodeEnvClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, timeout: Optional[float] = None, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, timeout=timeout or self.timeout_s, **kwargs)
+        except httpx.HTTPError as exc:
+            raise OpenCodeEnvError(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            message = detail.get("message", detail) if isinstance(detail, dict) else detail
+            error = ServiceBusyError if response.status_code == 503 else OpenCodeEnvError
+            raise error(f"{method} {path} -> HTTP {response.status_code}: {message}", response.status_code)
+        return response
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health``: status and rollout capacity."""
+        return self._request("GET", "/health").json()
+
+    def create_rollout(self, task: dict[str, Any], *, sampling: Optional[dict[str, Any]] = None,
+                       model: Optional[str] = None, upstream_url: Optional[str] = None,
+                       agent: str = "opencode") -> dict[str, Any]:
+        """Start a rollout of ``task`` (the service's ``Task`` schema); returns id, API key and proxy URL."""
+        body: dict[str, Any] = {"task": task, "agent": agent, "sampling": sampling or {}}
+        if model is not None:
+            body["model"] = model
+        if upstream_url is not None:
+            body["upstream_url"] = upstream_url
+        return self._request("POST", "/rollouts", json=body).json()
+
+    def status(self, rollout_id: str) -> dict[str, Any]:
+        """``GET /rollouts/{id}``: status, turn count, limits hit."""
+        return self._request("GET", f"/rollouts/{rollout_id}").json()
+
+    def wait(self, rollout_id: str, timeout_s: float) -> dict[str, Any]:
+        """Block until the rollout is final or ``timeout_s`` passed; the summary has ``final``."""
+        remaining = timeout_s
+        while True:
+            poll = max(0.0, min(self.poll_s, remaining))
+            summary = self._request("POST", f"/rollouts/{rollout_id}/wait", params={"timeout_s": poll},
+                                    timeout=poll + self.timeout_s).json()
+            remaining -= poll
+            if summary.get("final") or remaining <= 0:
+                return summary
+
+    def training_trace(self, rollout_id: str) -> dict[str, Any]:
+        """OpenEnv ``TrainingTrace`` (schema 1) of the rollout's engine calls."""
+        return self._request("GET", f"/rollouts/{rollout_id}/trace").json()
+
+    def turns(self, rollout_id: str) -> list[dict[str, Any]]:
+        """Every recorded turn, failed upstream calls included."""
+        return self._request("GET", f"/rollouts/{rollout_id}/turns").json()
+
+    def verify(self, rollout_id: str, timeout_s: float = 600.0) -> dict[str, Any]:
+        """Run the held-out tests: ``reward`` (None for infrastructure failures), ``passed``, ``total``, ``results``."""
+        return self._request("POST", f"/rollouts/{rollout_id}/verify", timeout=timeout_s).json()
+
+    def files(self, rollout_id: str) -> dict[str, Any]:
+        """Files of the rollout's work dir."""
+        return self._request("GET", f"/rollouts/{rollout_id}/files").json()
+
+    def logs(self, rollout_id: str) -> str:
+        """The agent's output."""
+        return self._request("GET", f"/rollouts/{rollout_id}/logs").text
+
+    def delete(self, rollout_id: str) -> None:
+        """Stop the rollout and free its slot; its trace stays on the service's volume."""
+        self._request("DELETE", f"/rollouts/{rollout_id}")

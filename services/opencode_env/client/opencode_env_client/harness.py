@@ -1,0 +1,146 @@
+"""OpenEnv harness sessions over the OpenCode environment's HTTP API (TRL 1.16's loop-owning mode).
+
+``OpenCodeSessionFactory`` is what TRL's ``HarnessRolloutWorker`` calls ``create(prompt, seed,
+episode_id)`` on: it finds the task the prompt came from (held-out tests included), starts a
+rollout with the trainer's sampling policy forced on every model call, and returns an
+``OpenCodeSession`` that TRL waits on, reads the engine-exact ``TrainingTrace`` from, verifies and
+closes. The factory is picklable (TRL spawns its rollout worker); its HTTP client is made lazily in
+the process that uses it.
+"""
+
+import logging
+from typing import Any, Mapping, Optional, Sequence
+
+from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
+
+from .client import OpenCodeEnvClient
+
+log = logging.getLogger("opencode_env_client.harness")
+
+
+class RolloutNotScorable(RuntimeError):
+    """The rollout failed for infrastructure reasons (upstream down, setup failed): no reward, not 0.
+
+    Raised from ``verify``; TRL's harness loop then drops the rollout from its group's statistics.
+    """
+
+
+def task_instruction(task: Any) -> str:
+    """The instruction text a TRL prompt (chat messages) or a task dict carries."""
+    if isinstance(task, Mapping):
+        return str(task.get("instruction", ""))
+    if isinstance(task, Sequence) and not isinstance(task, str):
+        users = [m for m in task if isinstance(m, Mapping) and m.get("role") == "user"]
+        if users:
+            content = users[-1].get("content")
+            if isinstance(content, list):  # multimodal-style content parts
+                return "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+            return str(content)
+    return str(task)
+
+
+class OpenCodeSession(ResourceSession):
+    """One rollout on the service; the agent (OpenCode) owns its tool loop."""
+
+    def __init__(self, client: OpenCodeEnvClient, created: dict[str, Any], wait_timeout_s: float) -> None:
+        self.client = client
+        self.rollout_id: str = created["rollout_id"]
+        self.task_id: Optional[str] = created.get("task_id")
+        self.wait_timeout_s = wait_timeout_s
+        self.summary: dict[str, Any] = created
+        self._closed = False
+
+    # The loop-owning protocol (openenv.core.harness.TrainableSession).
+    def wait_for_completion(self, timeout_s: Optional[float] = None) -> int:
+        """Wait until the agent finished; raises ``TimeoutError`` if it is still running after the timeout."""
+        self.summary = self.client.wait(self.rollout_id, timeout_s or self.wait_timeout_s)
+        if not self.summary.get("final"):
+            raise TimeoutError(f"rollout {self.rollout_id} still {self.summary.get('status')} "
+                               f"after {timeout_s or self.wait_timeout_s:g}s")
+        return int(self.summary.get("agent_exit_code") or 0)
+
+    def fetch_training_trace(self) -> TrainingTrace:
+        """The engine's prompt/completion ids, logprobs and loss masks of every model call."""
+        return TrainingTrace.model_validate(self.client.training_trace(self.rollout_id))
+
+    # ResourceSession: the agent calls its tools inside the sandbox, not through the session.
+    def initial_messages(self) -> list[dict[str, Any]]:
+        """Not used in loop-owning mode: OpenCode builds its own prompt."""
+        return []
+
+    def list_tools(self) -> list[Any]:
+        """Not used in loop-owning mode: OpenCode brings its own tools."""
+        return []
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Not supported: OpenCode runs its tools itself."""
+        return ToolResult(error=f"{name}: tools run inside the OpenCode sandbox, not through the session")
+
+    def verify(self, transcript: list[Any], final_state: Any = None) -> VerifyResult:
+        """Run the held-out tests on the service; reward = fraction passed."""
+        verification = self.client.verify(self.rollout_id)
+        if verification.get("reward") is None:
+            raise RolloutNotScorable(f"rollout {self.rollout_id}: {verification.get('reason', 'no reward')}")
+        metrics = {"tests_passed": verification["passed"], "tests_total": verification["total"],
+                   "turns": self.summary.get("turns"), "status": self.summary.get("status")}
+        return VerifyResult(env_reward=float(verification["reward"]), done=True, metrics=metrics,
+                            artifacts={"rollout_id": self.rollout_id, "results": verification.get("results", [])})
+
+    def close(self) -> None:
+        """Stop the rollout and free its slot (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.client.delete(self.rollout_id)
+        except Exception as exc:  # a service restart already dropped it; the trace is on its volume
+            log.warning("closing rollout %s: %s", self.rollout_id, exc)
+
+
+class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
+    """Start OpenCode rollouts for a fixed task set.
+
+    ``tasks``: the service's ``Task`` dicts (instruction, held-out tests, limits); a TRL prompt is
+    matched to its task by the instruction text. ``sampling``: TRL's training policy, forced on
+    every model call the agent makes (OpenCode would otherwise pick its own temperature).
+    """
+
+    def __init__(self, base_url: str, tasks: Sequence[Mapping[str, Any]], sampling: Optional[dict[str, Any]] = None,
+                 model: Optional[str] = None, wait_timeout_s: float = 900.0, request_timeout_s: float = 30.0) -> None:
+        self.base_url = base_url
+        self.tasks = {str(t["instruction"]): dict(t) for t in tasks}
+        if len(self.tasks) != len(tasks):
+            raise ValueError("two tasks share an instruction; a prompt must identify one task")
+        self.sampling = dict(sampling or {})
+        self.model = model
+        self.wait_timeout_s = wait_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self._client: Optional[OpenCodeEnvClient] = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None}
+
+    @property
+    def client(self) -> OpenCodeEnvClient:
+        """The HTTP client, made on first use in this process."""
+        if self._client is None:
+            self._client = OpenCodeEnvClient(self.base_url, timeout_s=self.request_timeout_s)
+        return self._client
+
+    def task_for(self, task: Any) -> dict[str, Any]:
+        """The full task (with held-out tests) a prompt or task dict stands for."""
+        if isinstance(task, Mapping) and "tests" in task:
+            return dict(task)
+        instruction = task_instruction(task)
+        if instruction not in self.tasks:
+            raise KeyError(f"no task with the instruction {instruction[:80]!r}...; the factory knows {len(self.tasks)}")
+        return self.tasks[instruction]
+
+    def create(self, task: Any, seed: Optional[int] = None, episode_id: Optional[str] = None) -> OpenCodeSession:
+        """Start a rollout of the task; the seed and episode id only label it (the task is fixed)."""
+        spec = self.task_for(task)
+        created = self.client.create_rollout(spec, sampling=self.sampling, model=self.model)
+        created.setdefault("task_id", spec.get("task_id"))
+        log.debug("rollout %s started for task %s (group seed %s, episode %s)",
+                  created["rollout_id"], spec.get("task_id"), seed, episode_id)
+        return OpenCodeSession(self.client, created, self.wait_timeout_s)

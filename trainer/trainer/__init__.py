@@ -1,0 +1,1 @@
+"""TRL training jobs against the stack's environment services (through their clients only)."""

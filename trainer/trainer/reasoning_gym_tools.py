@@ -1,0 +1,163 @@
+"""The reasoning-gym environment as TRL ``environment_factory`` sees it: ``reset`` and one ``answer`` tool.
+
+Talks to the reasoning-gym env service only through its OpenEnv client (``reasoning_gym_env``).
+The first ``reset`` of an instance sends the dataset, its config and the seed; later resets are
+bare and move to the next question, so all of TRL's pooled instances (one per completion, reset
+once per generation batch) walk the same question sequence in lock step and every GRPO group
+answers one question. The reward is the score the server computed for the answer.
+
+If the service restarts, the instance reconnects and replays its resets to get back to the same
+question; an answer lost to the restart gives reward ``None`` (TRL ignores the sample) instead of 0.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
+
+log = logging.getLogger("trainer.reasoning_gym")
+
+PROMPT = ("Solve the problem below. Reply by calling the `answer` tool exactly once with your final answer "
+          "(only the answer, no explanation).")
+
+
+@dataclass(frozen=True)
+class ReasoningGymSettings:
+    """Where the env service is and which dataset its sessions serve."""
+
+    env_url: str
+    dataset: str = "chain_sum"
+    dataset_config: dict[str, Any] = field(default_factory=dict)
+    seed: int = 42
+    dataset_size: int = 1000
+    connect_timeout_s: float = 10.0
+    message_timeout_s: float = 60.0
+    reconnect_attempts: int = 5
+
+
+@dataclass
+class AnswerRecord:
+    """What one rollout asked and answered, and what the server said about it."""
+
+    question: Optional[str] = None
+    question_index: int = -1
+    answer: Optional[str] = None
+    score: Optional[float] = None
+    correct_answer: Optional[str] = None
+    dataset_metadata: Optional[dict[str, Any]] = None
+    error: Optional[str] = None
+
+
+class EnvUnavailable(RuntimeError):
+    """The env service could not be reached even after reconnecting."""
+
+
+class ReasoningGymToolEnv:
+    """One pooled environment instance (TRL makes one per completion in a generation batch)."""
+
+    def __init__(self, settings: ReasoningGymSettings) -> None:
+        self._settings = settings
+        self._client: Any = None
+        self._resets = 0  # questions served so far: what a reconnect replays
+        self._answered = False
+        self.record = AnswerRecord()
+
+    def _connect(self) -> Any:
+        s = self._settings
+        client = ReasoningGymEnv(base_url=s.env_url, connect_timeout_s=s.connect_timeout_s,
+                                 message_timeout_s=s.message_timeout_s).sync()
+        client.connect()
+        return client
+
+    def _disconnect(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # the socket is already gone
+                pass
+            self._client = None
+
+    def _first_reset(self) -> Any:
+        s = self._settings
+        return self._client.reset(dataset_name=s.dataset, dataset_config=s.dataset_config, seed=s.seed,
+                                  size=s.dataset_size)
+
+    def _reset_to(self, count: int) -> Any:
+        """Open a session and move it to the ``count``-th question (1-based)."""
+        result = self._first_reset()
+        for _ in range(count - 1):
+            result = self._client.reset()
+        return result
+
+    def _with_reconnect(self, call: str, fn: Callable[[bool], Any]) -> Any:
+        """Run ``fn(fresh)``; on a broken connection reconnect and run it again with ``fresh=True``."""
+        error: Exception = EnvUnavailable("no attempt made")
+        for attempt in range(self._settings.reconnect_attempts):
+            fresh = self._client is None
+            try:
+                if fresh:
+                    self._client = self._connect()
+                return fn(fresh)
+            except EnvUnavailable:
+                raise
+            except RuntimeError as exc:
+                if str(exc).startswith("Server error"):
+                    raise  # the server answered: bad input, not a broken connection
+                error = exc
+            except Exception as exc:  # connection refused/closed, timeouts
+                error = exc
+            log.warning("reasoning-gym env %s failed (%s: %s); reconnecting (%d/%d)", call, type(error).__name__,
+                        error, attempt + 1, self._settings.reconnect_attempts)
+            self._disconnect()
+            time.sleep(min(2.0 ** attempt, 10.0))
+        raise EnvUnavailable(f"reasoning-gym env at {self._settings.env_url} unreachable: {error}")
+
+    def reset(self, **row: Any) -> str:
+        """Start the next episode; the question is appended to the prompt."""
+        self._answered = False
+        self.record = AnswerRecord()
+        target = self._resets + 1
+        result = self._with_reconnect("reset", lambda fresh: self._reset_to(target) if fresh else self._client.reset())
+        self._resets = target
+        self.record.question = result.observation.question
+        self.record.question_index = target - 1
+        return f"\n\n{result.observation.question}"
+
+    def answer(self, answer: str) -> str:
+        """Submit the final answer to the current problem.
+
+        Args:
+            answer: The final answer, exactly as it should be graded (for example "42").
+
+        Returns:
+            Whether the answer was correct.
+        """
+        if self._answered:
+            return "You already answered this problem; the episode is over."
+        self._answered = True
+        self.record.answer = answer
+
+        def step(fresh: bool) -> Any:
+            if fresh:  # a new session has no open question: back to where we were, the answer is lost
+                self._reset_to(self._resets)
+                raise EnvUnavailable("the env service restarted between question and answer")
+            return self._client.step(ReasoningGymAction(answer=str(answer)))
+
+        try:
+            result = self._with_reconnect("step", step)
+        except EnvUnavailable as exc:
+            self.record.error = str(exc)
+            raise
+        obs = result.observation
+        self.record.score = float(result.reward if result.reward is not None else obs.score or 0.0)
+        self.record.correct_answer = obs.correct_answer
+        self.record.dataset_metadata = obs.dataset_metadata
+        return "correct" if self.record.score >= 1.0 else f"incorrect (score {self.record.score:g})"
+
+    def _reward(self) -> Optional[float]:
+        """The server's score; 0 when the model never answered; None when the env failed."""
+        if self.record.error is not None:
+            return None
+        return self.record.score if self.record.score is not None else 0.0

@@ -1,0 +1,118 @@
+"""What a user sees and keeps from a run: one line per optimizer step, a progress bar, metrics
+as JSONL, a reward plot (PNG) and a summary at the end."""
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from tqdm.auto import tqdm
+from transformers import TrainerCallback
+
+# TRL's log keys, in the order the step line shows them.
+STEP_FIELDS = (("reward", "reward {:.3f}"), ("reward_std", "± {:.3f}"), ("loss", "loss {:.4f}"), ("kl", "kl {:.4f}"),
+               ("completions/mean_length", "len {:.1f}"))
+
+
+def format_step(step: int, total: int, record: dict[str, Any]) -> str:
+    """``step 3/5 | reward 0.250 ± 0.433 | loss 0.0120 | len 21.0 | 48 tok/s | 9.8 s | weights v3``."""
+    parts = [f"step {step}/{total}"]
+    for key, fmt in STEP_FIELDS:
+        value = record.get(key)
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            parts.append(fmt.format(value))
+    if record.get("tokens_per_s") is not None:
+        parts.append(f"{record['tokens_per_s']:.0f} tok/s")
+    if record.get("step_time_s") is not None:
+        parts.append(f"{record['step_time_s']:.1f} s")
+    if record.get("weight_version") is not None:
+        parts.append(f"weights {record['weight_version']}")
+    # "reward 0.25 | ± 0.43": the std belongs to the mean
+    return " | ".join(parts).replace(" | ±", " ±")
+
+
+class StepReporter(TrainerCallback):
+    """One log line and one JSONL record per optimizer step, under a progress bar.
+
+    ``weight_version`` (optional) returns the inference server's weight version for the line.
+    """
+
+    def __init__(self, metrics_path: Path, weight_version: Optional[Callable[[], Optional[str]]] = None) -> None:
+        self.metrics_path = metrics_path
+        self.weight_version = weight_version
+        self.records: list[dict[str, Any]] = []
+        self._bar: Optional[tqdm] = None
+        self._last_time = time.monotonic()
+        self._last_tokens: Optional[float] = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        self.metrics_path.write_text("")
+        self._bar = tqdm(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
+        self._last_time = time.monotonic()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
+        logs = logs or {}
+        if "loss" not in logs and "reward" not in logs:
+            return  # the end-of-training summary log, evaluation logs
+        now = time.monotonic()
+        record: dict[str, Any] = {"step": state.global_step, "time": time.time(), **logs}
+        record["step_time_s"] = logs.get("step_time", now - self._last_time)
+        tokens = logs.get("num_tokens")
+        if tokens is not None and self._last_tokens is not None and now > self._last_time:
+            record["tokens_per_s"] = (tokens - self._last_tokens) / (now - self._last_time)
+        self._last_tokens, self._last_time = tokens, now
+        if self.weight_version is not None:
+            record["weight_version"] = self.weight_version()
+        self.records.append(record)
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+        if self._bar is not None:
+            self._bar.update(state.global_step - self._bar.n)
+            self._bar.write(format_step(state.global_step, state.max_steps, record))
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def plot_rewards(records: list[dict[str, Any]], path: Path, title: str) -> Optional[Path]:
+    """Reward mean (± std band) per step as a PNG; None when no step logged a reward."""
+    points = [(r["step"], r["reward"], r.get("reward_std") or 0.0) for r in records if r.get("reward") is not None]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps, means, stds = zip(*points)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.plot(steps, means, marker="o", label="reward (mean over the batch)")
+    ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)], alpha=0.2,
+                    label="± std")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("reward")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def summarize(records: list[dict[str, Any]], outputs: dict[str, Optional[Path]], window: int = 3) -> str:
+    """The closing text: reward over the first and last steps, and where the outputs are."""
+    rewards = [r["reward"] for r in records if r.get("reward") is not None]
+    lines = [f"finished {len(records)} optimizer steps"]
+    if rewards:
+        n = min(window, len(rewards))
+        first, last = sum(rewards[:n]) / n, sum(rewards[-n:]) / n
+        lines.append(f"reward: first {n} steps {first:.3f}, last {n} steps {last:.3f} ({last - first:+.3f})")
+    times = [r["step_time_s"] for r in records if r.get("step_time_s") is not None]
+    if times:
+        lines.append(f"time per step: {sum(times) / len(times):.1f} s mean")
+    lines += [f"{name}: {path}" for name, path in outputs.items() if path is not None]
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""CPU weight sync: after each optimizer step publish the policy to the shared weights volume and
+have the inference server reload it in place (``inference_client``), so that the server's weight
+version and logprobs follow the trainer. Optionally checks the server's logprobs against the
+trainer's on a probe prompt after every sync (a silent sync failure shows up as a large gap).
+
+On GPU, TRL's own NCCL sync (vLLM server mode) is used instead; this is also the fallback where an
+NCCL group cannot form.
+"""
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import httpx
+from inference_client import WeightSyncClient, publish_checkpoint
+from transformers import TrainerCallback
+
+log = logging.getLogger("trainer.weight_sync")
+
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 12 + 30 = 42."
+
+
+def server_prompt_logprobs(base_url: str, model: str, token_ids: list[int], timeout_s: float = 60.0) -> list[float]:
+    """Logprob the server assigns to each prompt token after the first (vLLM ``prompt_logprobs``)."""
+    response = httpx.post(f"{base_url.rstrip('/')}/v1/completions", timeout=timeout_s,
+                          json={"model": model, "prompt": token_ids, "max_tokens": 1, "temperature": 0.0,
+                                "prompt_logprobs": 0})
+    response.raise_for_status()
+    positions = response.json()["choices"][0]["prompt_logprobs"]
+    logprobs = []
+    for token_id, candidates in zip(token_ids[1:], positions[1:]):
+        entry = candidates.get(str(token_id)) or candidates.get(f"token_id:{token_id}")
+        if entry is None:
+            raise ValueError(f"server returned no logprob for prompt token {token_id}")
+        logprobs.append(float(entry["logprob"]))
+    return logprobs
+
+
+def model_prompt_logprobs(model: Any, token_ids: list[int]) -> list[float]:
+    """The same logprobs from the trainer's model."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            ids = torch.tensor([token_ids], device=model.device)
+            logits = model(input_ids=ids).logits.float()
+            logps = torch.log_softmax(logits[0, :-1], dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
+    finally:
+        model.train(was_training)
+    return logps.tolist()
+
+
+class CheckpointWeightSync(TrainerCallback):
+    """Publish + reload after every optimizer step (``weight_sync.mode: checkpoint``)."""
+
+    def __init__(self, inference_url: str, weights_dir: Path, server_weights_dir: str, probe_ids: Optional[list[int]],
+                 served_model: Optional[str] = None, timeout_s: float = 300.0) -> None:
+        self.inference_url = inference_url
+        self.weights_dir = weights_dir
+        self.server_weights_dir = server_weights_dir.rstrip("/")
+        self.probe_ids = probe_ids
+        self.served_model = served_model
+        self.client = WeightSyncClient(inference_url, timeout_s=timeout_s)
+        self.version: Optional[str] = None
+        self.max_logprob_gap: Optional[float] = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.version = self.client.weight_version()
+        if self.served_model is None:
+            listing = httpx.get(f"{self.inference_url.rstrip('/')}/v1/models", timeout=30).json()
+            self.served_model = listing["data"][0]["id"]
+        log.info("weight sync: checkpoint reload into %s (serving %s, weights %s)", self.inference_url,
+                 self.served_model, self.version)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        version = f"step-{state.global_step}"
+        publish_checkpoint(model, self.weights_dir, version)
+        self.version = self.client.reload(f"{self.server_weights_dir}/{version}", version)
+        if self.probe_ids:
+            served = server_prompt_logprobs(self.inference_url, self.served_model, self.probe_ids)
+            local = model_prompt_logprobs(model, self.probe_ids)
+            self.max_logprob_gap = max(abs(a - b) for a, b in zip(served, local))
+            log.info("weights %s: max |server - trainer| prompt logprob gap %.2e", version, self.max_logprob_gap)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
+        if logs is not None and self.max_logprob_gap is not None:
+            logs["weight_sync/max_logprob_gap"] = self.max_logprob_gap
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.client.close()
