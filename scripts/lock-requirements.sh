@@ -19,8 +19,17 @@ for name in "${names[@]}"; do
     wheels=(-v "$PWD/wheelhouse:/wheelhouse:ro")
     drop='^(torchvision|torchaudio|torchcodec|triton)=='
   fi
+  if [[ $name == trainer-gpu ]]; then
+    # Resolve without installing (the CUDA wheels are several GB): pip's install report, from PyPI's
+    # metadata files, on top of the inference-gpu pins.
+    docker run --rm -v "$PWD/docker/requirements:/req" "$BASE_IMAGE" bash -ec "
+      python3 -m venv /v && /v/bin/pip install -q -U pip >/dev/null
+      cd /req && /v/bin/pip install -q --dry-run --ignore-installed --report /tmp/report.json -r $name.in
+      /v/bin/python -c 'import json; [print(p[\"metadata\"][\"name\"] + \"==\" + p[\"metadata\"][\"version\"]) for p in sorted(json.load(open(\"/tmp/report.json\"))[\"install\"], key=lambda p: p[\"metadata\"][\"name\"].lower())]' > /req/$name.lock"
+    continue
+  fi
   docker run --rm -v "$PWD/docker/requirements:/req" "${wheels[@]}" "$BASE_IMAGE" bash -ec "
     apt-get update -qq && apt-get install -y -qq gcc libc6-dev python3-dev >/dev/null
-    python3 -m venv /v && /v/bin/pip install -q \$( [ -d /wheelhouse ] && echo --find-links /wheelhouse ) -r /req/$name.in
+    cd /req && python3 -m venv /v && /v/bin/pip install -q \$( [ -d /wheelhouse ] && echo --find-links /wheelhouse ) -r $name.in
     /v/bin/pip freeze --exclude-editable | grep -vE '$drop' > /req/$name.lock"
 done

@@ -18,10 +18,14 @@ TAG = os.environ.get("RLSTACK_TAG", "dev")
 ENV_IMAGE = f"rlstack/reasoning-gym-env:{TAG}"
 INFERENCE_IMAGE = f"rlstack/inference-cpu:{TAG}"
 OPENCODE_IMAGE = f"rlstack/opencode-env:{TAG}"
+TRAINER_IMAGE = f"rlstack/trainer-cpu:{TAG}"
 HELPERS = Path(__file__).resolve().parent / "helpers"
 MODEL_NAME = "test-model"
 # The scripted fixture model always makes this call (it writes a string-reversing solution).
 SCRIPTED_CALL = {"name": "bash", "arguments": {"command": "echo 'print(input()[::-1])' > solution.py"}}
+# The toy policy the CPU GRPO config trains: always answers, samples the digit.
+ANSWER_CALL = {"name": "answer", "arguments": {"answer": "{choice}"}}
+DIGITS = ",".join(str(d) for d in range(10))
 
 # The reaper image cannot be pulled on air-gapped hosts; containers are removed by the fixtures.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -77,6 +81,13 @@ def opencode_image(base_image: str) -> str:
     return OPENCODE_IMAGE
 
 
+@pytest.fixture(scope="session")
+def trainer_image(base_image: str) -> str:
+    """The CPU trainer image."""
+    compose_build(base_image, "trainer")
+    return TRAINER_IMAGE
+
+
 def run_in_image(image: str, volume: str, *command: str) -> str:
     """Run python3 in a throwaway container of ``image`` with the models volume and test helpers."""
     return subprocess.run(
@@ -88,7 +99,8 @@ def run_in_image(image: str, volume: str, *command: str) -> str:
 
 @pytest.fixture(scope="session")
 def models_volume(inference_image: str) -> Iterator[str]:
-    """A volume with /models/a (seed 0), /models/b (seed 1, same tokenizer) and /models/scripted."""
+    """A volume with /models/a (seed 0), /models/b (seed 1, same tokenizer), /models/scripted and
+    /models/answer-policy (the toy policy of the CPU GRPO config)."""
     volume = f"rlstack-test-models-{uuid.uuid4().hex[:8]}"
     subprocess.run(["docker", "volume", "create", volume], check=True, capture_output=True)
     try:
@@ -97,6 +109,8 @@ def models_volume(inference_image: str) -> Iterator[str]:
         run_in_image(inference_image, volume, *gen, "--out", "/models/b", "--seed", "1", "--tokenizer-from", "/models/a")
         run_in_image(inference_image, volume, *gen, "--out", "/models/scripted", "--tokenizer-from", "/models/a",
                      "--scripted-tool-call", json.dumps(SCRIPTED_CALL))
+        run_in_image(inference_image, volume, *gen, "--out", "/models/answer-policy", "--tokenizer-from", "/models/a",
+                     "--scripted-tool-call", json.dumps(ANSWER_CALL), "--choices", DIGITS)
         yield volume
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
@@ -166,3 +180,19 @@ def start_env(env_image: str) -> Iterator[Callable[..., str]]:
 def env_url(start_env: Callable[..., str]) -> str:
     """A reasoning-gym env container with default settings, shared by the module's tests."""
     return start_env()
+
+
+@pytest.fixture(scope="session")
+def opencode_env(opencode_image: str, scripted_inference: DockerContainer, network: Network) -> Iterator[DockerContainer]:
+    """The OpenCode env against the scripted inference server; ``http://opencode-env:8000`` on ``network``."""
+    container = (
+        DockerContainer(opencode_image).with_exposed_ports(8000).with_network(network)
+        .with_network_aliases("opencode-env")
+        .with_env("INFERENCE_URL", "http://inference:8000").with_env("MAX_CONCURRENT_ROLLOUTS", "3")
+        .with_kwargs(cap_add=["NET_ADMIN"])
+    )
+    container.start()
+    container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
+    wait_healthy(f"{container.url}/health", timeout_s=60)
+    yield container
+    container.stop()

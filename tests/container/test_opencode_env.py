@@ -7,29 +7,13 @@ The inference server runs the scripted fixture model, which always calls
 import json
 import subprocess
 import time
-from typing import Iterator
 
 import httpx
 import pytest
-from testcontainers.core.container import DockerContainer
 
 from tests.container.conftest import MODEL_NAME, SCRIPTED_CALL, wait_healthy
 
 REVERSE_TESTS = [{"stdin": "abc\n", "expected_stdout": "cba"}, {"stdin": "rollout\n", "expected_stdout": "tuollor"}]
-
-
-@pytest.fixture(scope="session")
-def opencode_env(opencode_image, scripted_inference, network) -> Iterator[DockerContainer]:
-    container = (
-        DockerContainer(opencode_image).with_exposed_ports(8000).with_network(network)
-        .with_env("INFERENCE_URL", "http://inference:8000").with_env("MAX_CONCURRENT_ROLLOUTS", "3")
-        .with_kwargs(cap_add=["NET_ADMIN"])
-    )
-    container.start()
-    container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
-    wait_healthy(f"{container.url}/health", timeout_s=60)
-    yield container
-    container.stop()
 
 
 def create(url: str, task: dict, **extra) -> dict:

@@ -19,6 +19,7 @@ ENV_PREFIX = "TRAINER_"
 # Top-level keys and what they mean; the job modules read them.
 KNOWN_KEYS = {
     "job": "grpo or async-grpo (set by the configs; the CLI command must match)",
+    "device": "async-grpo: auto (CUDA if present), cuda (train) or cpu (collect rows only)",
     "model": "policy weights: a local folder or a Hub id",
     "output_dir": "where metrics, checkpoints, the final model and the plot go",
     "run_name": "name of the run in trackio and the logs",

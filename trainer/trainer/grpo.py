@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 from .config import ConfigError, section
 from .reasoning_gym_tools import PROMPT, ReasoningGymSettings, ReasoningGymToolEnv
-from .reporting import StepReporter, plot_rewards, summarize
+from .reporting import plot_rewards, summarize
+from .step_log import StepReporter
 
 log = logging.getLogger("trainer.grpo")
 
@@ -63,7 +64,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("TRACKIO_DIR", str(output_dir.parent / "trackio"))
 
     from datasets import Dataset
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     rg = section(config, "reasoning_gym")
@@ -92,6 +93,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=args,
                           train_dataset=dataset, callbacks=callbacks,
                           environment_factory=functools.partial(ReasoningGymToolEnv, settings))
+    trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
     trainer.train()
     final_dir = output_dir / "final"
     trainer.save_model(str(final_dir))

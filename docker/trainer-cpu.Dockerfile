@@ -1,0 +1,29 @@
+# The trainer on CPU-only hosts (GRPO with transformers generation; OpenCode rollout collection
+# through TRL's harness loop). Build context: the repository root. torch==2.13.0+cpu comes from
+# ./wheelhouse (`make wheelhouse`) or PyTorch's CPU index.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv "$VIRTUAL_ENV"
+COPY docker/requirements/trainer-cpu.lock /tmp/trainer-cpu.lock
+COPY wheelhouse/ /tmp/wheelhouse/
+RUN if ls /tmp/wheelhouse/torch-*+cpu-*.whl >/dev/null 2>&1; then source="--find-links /tmp/wheelhouse"; \
+    else source="--extra-index-url $TORCH_INDEX_URL"; fi \
+ && pip install --no-deps $source -r /tmp/trainer-cpu.lock \
+ && rm -rf /tmp/wheelhouse
+COPY services/reasoning_gym_env/client /src/reasoning-gym-env-client
+COPY services/opencode_env/client /src/opencode-env-client
+COPY services/inference/client /src/inference-client
+COPY trainer /src/trainer
+RUN pip install --no-deps /src/reasoning-gym-env-client /src/opencode-env-client /src/inference-client /src/trainer \
+ && python3 -c "import trainer.grpo, trainer.async_grpo, trl.experimental.async_grpo.openenv_harness"
+
+ENV PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HOME=/cache/huggingface TRACKIO_DIR=/outputs/trackio \
+    TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
+RUN useradd --system --uid 10001 --home-dir /home/app --create-home app \
+ && mkdir -p /outputs /weights /cache && chown app:app /outputs /weights /cache
+USER app
+WORKDIR /home/app
+ENTRYPOINT ["python3", "-m", "trainer"]
+CMD ["grpo", "--config", "grpo-cpu.yaml"]

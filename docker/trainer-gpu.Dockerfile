@@ -1,0 +1,38 @@
+# The trainer on NVIDIA GPU hosts: CUDA torch, vLLM 0.31 (TRL's NCCL weight transfer imports it),
+# TRL 1.16 and the env clients. Build context: the repository root. The first layers are the
+# inference-gpu image's, so both images share them (build cache and disk).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends g++ libc6-dev libnuma1 \
+ && { python3 -c "import os,sys,sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+      || apt-get install -y --no-install-recommends python3-dev; } \
+ && rm -rf /var/lib/apt/lists/*
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv "$VIRTUAL_ENV"
+COPY docker/requirements/inference-gpu.lock /tmp/inference-gpu.lock
+# `vllm --version` needs a GPU to infer the device; importing the package does not.
+RUN pip install --no-deps -r /tmp/inference-gpu.lock && python3 -c "import vllm; print(vllm.__version__)"
+COPY docker/requirements/trainer-gpu.lock /tmp/trainer-gpu.lock
+RUN pip install --no-deps -r /tmp/trainer-gpu.lock
+COPY services/reasoning_gym_env/client /src/reasoning-gym-env-client
+COPY services/opencode_env/client /src/opencode-env-client
+COPY services/inference/client /src/inference-client
+COPY trainer /src/trainer
+RUN pip install --no-deps /src/reasoning-gym-env-client /src/opencode-env-client /src/inference-client /src/trainer \
+ && python3 -c "import trainer.grpo, trainer.async_grpo, trl.experimental.async_grpo.weight_transfer, trl.generation.vllm_client, vllm.distributed.weight_transfer.nccl_engine, vllm.distributed.weight_transfer.packed_tensor, vllm.utils.network_utils, kernels"
+
+ENV PYTHONUNBUFFERED=1 HF_HOME=/cache/huggingface TRACKIO_DIR=/outputs/trackio TRL_EXPERIMENTAL_SILENCE=1 \
+    TOKENIZERS_PARALLELISM=false
+# AsyncGRPO loads the FA3 attention kernel from the Hugging Face Hub on first use; PRECACHE_FA3=1
+# fetches it at build time (needs the Hub) so training starts offline.
+ARG PRECACHE_FA3=0
+RUN useradd --system --uid 10001 --home-dir /home/app --create-home app \
+ && mkdir -p /outputs /weights /cache/huggingface && chown -R app:app /outputs /weights /cache \
+ && if [ "$PRECACHE_FA3" = 1 ]; then \
+      su app -s /bin/sh -c "HF_HOME=/cache/huggingface python3 -c \"from kernels import get_kernel; get_kernel('kernels-community/flash-attn3', version=1)\""; \
+    fi
+USER app
+WORKDIR /home/app
+ENTRYPOINT ["python3", "-m", "trainer"]
+CMD ["grpo", "--config", "grpo-gpu.yaml"]

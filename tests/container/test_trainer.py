@@ -1,0 +1,177 @@
+"""The CPU trainer image against the real services: GRPO on reasoning-gym, CPU weight sync into the
+inference server, and OpenCode rollouts turned into TRL training rows."""
+
+import json
+import os
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import reasoning_gym
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
+
+from tests.container.conftest import wait_healthy
+
+DATASET_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+COMPARE_WEIGHTS = """
+import sys
+from safetensors.torch import load_file
+a, b = (load_file(p + "/model.safetensors") for p in sys.argv[1:3])
+print(max((a[k].float() - b[k].float()).abs().max().item() for k in a))
+"""
+PROBE_CALL = '<tool_call>\n{"name": "answer", "arguments": {"answer": "7"}}\n</tool_call>'
+PROBE_LOGPROBS = """
+import json, sys, torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+ids = torch.tensor([json.loads(sys.argv[2])])
+logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1).gather(-1, ids[0, 1:, None])[:, 0]
+print(json.dumps(logps.tolist()))
+"""
+
+
+@pytest.fixture()
+def outputs() -> Iterator[Path]:
+    """A host folder the trainer (uid 10001) writes its outputs into."""
+    with tempfile.TemporaryDirectory(prefix="rlstack-trainer-") as folder:
+        os.chmod(folder, 0o777)
+        yield Path(folder)
+
+
+def run_trainer(image: str, network: Network, outputs: Path, *args: str, volumes: dict[str, str],
+                timeout_s: float = 1200) -> str:
+    """Run ``python -m trainer ARGS`` in the trainer image on ``network``; returns its output."""
+    mounts = [f"-v{outputs}:/outputs"] + [f"-v{src}:{dst}" for src, dst in volumes.items()]
+    result = subprocess.run(["docker", "run", "--rm", "--network", network.name, *mounts, image, *args],
+                            capture_output=True, text=True, timeout=timeout_s)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return result.stdout + result.stderr
+
+
+def in_trainer_image(image: str, volume: str, outputs: Path, script: str, *args: str) -> str:
+    """Run a Python snippet in the trainer image with the models volume and the outputs folder."""
+    return subprocess.run(["docker", "run", "--rm", f"-v{volume}:/models:ro", f"-v{outputs}:/outputs", "--entrypoint",
+                           "python3", image, "-c", script, *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def gym_env(env_image: str, network: Network) -> Iterator[DockerContainer]:
+    """The reasoning-gym env as http://reasoning-gym-env:8000 on the network."""
+    container = DockerContainer(env_image).with_exposed_ports(8000).with_network(network) \
+        .with_network_aliases("reasoning-gym-env")
+    container.start()
+    wait_healthy(f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}/health")
+    yield container
+    container.stop()
+
+
+def grpo_args(*extra: str) -> list[str]:
+    return ["grpo", "--config", "grpo-cpu.yaml", "--set", "model=/models/answer-policy", "--set",
+            "output_dir=/outputs/grpo", "--set", "grpo.report_to=[trackio]", *extra]
+
+
+def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym_env, outputs):
+    log = run_trainer(trainer_image, network, outputs, *grpo_args("--set", "grpo.max_steps=3"),
+                      volumes={models_volume: "/models"})
+    run = outputs / "grpo"
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert "step 3/3 | reward" in log and "finished 3 optimizer steps" in log
+    for name in ("reward.png", "summary.json", "final/model.safetensors", "final/tokenizer.json"):
+        assert (run / name).exists(), name
+    assert (outputs / "trackio").is_dir()
+
+    # Every reward TRL used is reasoning-gym's own score of that answer to that question.
+    dataset = reasoning_gym.create_dataset("chain_sum", seed=42, size=1000, **DATASET_CONFIG)
+    rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 3 * 16
+    for r in rollouts:
+        entry = dataset[r["question_index"]]
+        assert r["question"] == entry["question"]
+        assert r["reward"] == dataset.score_answer(r["answer"], entry)
+    assert {r["question_index"] for r in rollouts} == {0, 1, 2}  # one question per step: GRPO groups compare alike
+    for m in metrics:
+        step_rewards = [r["reward"] for r in rollouts if r["step"] == m["step"] - 1]
+        assert m["reward"] == pytest.approx(sum(step_rewards) / len(step_rewards))
+
+    # The optimizer moved the policy when some answers were right and some wrong.
+    assert any(m["reward_std"] > 0 for m in metrics)
+    gap = float(in_trainer_image(trainer_image, models_volume, outputs, COMPARE_WEIGHTS, "/models/answer-policy",
+                                 "/outputs/grpo/final"))
+    assert gap > 1e-4
+
+
+def test_cpu_weight_sync_serves_the_trained_weights(trainer_image, inference_image, models_volume, network, gym_env,
+                                                    outputs):
+    weights = f"rlstack-test-weights-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "volume", "create", weights], check=True, capture_output=True)
+    # the trainer (uid 10001) publishes into the volume
+    subprocess.run(["docker", "run", "--rm", f"-v{weights}:/weights", "--entrypoint", "chown", trainer_image,
+                    "10001:10001", "/weights"], check=False, capture_output=True)
+    inference = (DockerContainer(inference_image).with_exposed_ports(8000).with_network(network)
+                 .with_network_aliases("policy-inference").with_volume_mapping(models_volume, "/models", "ro")
+                 .with_volume_mapping(weights, "/weights", "ro").with_env("MODEL", "/models/answer-policy")
+                 .with_env("SERVED_MODEL_NAME", "policy").with_env("DTYPE", "float32")
+                 .with_env("MAX_MODEL_LEN", "4096").with_env("VLLM_EXTRA_ARGS", "--enforce-eager")
+                 .with_kwargs(shm_size="1g"))
+    inference.start()
+    try:
+        url = f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}"
+        wait_healthy(f"{url}/health", timeout_s=420)
+        log = run_trainer(trainer_image, network, outputs,
+                          *grpo_args("--set", "grpo.max_steps=2", "--set", "weight_sync.mode=checkpoint",
+                                     "--set", "inference.url=http://policy-inference:8000"),
+                          volumes={models_volume: "/models", weights: "/weights"})
+        metrics = [json.loads(line) for line in (outputs / "grpo/metrics.jsonl").read_text().splitlines()]
+        assert [m["weight_version"] for m in metrics] == ["step-1", "step-2"]
+        assert all(m["weight_sync/max_logprob_gap"] < 1e-3 for m in metrics), log[-3000:]
+        assert httpx.get(f"{url}/weight_info", timeout=10).json()["weight_version"] == "step-2"
+
+        # Independently: the server's prompt logprobs are the final model's, not the initial model's
+        # (the probe is an answer call: the digit's probability is what GRPO changed).
+        tokens = httpx.post(f"{url}/tokenize", json={"model": "policy", "prompt": PROBE_CALL},
+                            timeout=10).json()["tokens"]
+        served = httpx.post(f"{url}/v1/completions", timeout=60, json={
+            "model": "policy", "prompt": tokens, "max_tokens": 1, "prompt_logprobs": 0}).json()["choices"][0]
+        served = [p[str(t)]["logprob"] for t, p in zip(tokens[1:], served["prompt_logprobs"][1:])]
+        final = json.loads(in_trainer_image(trainer_image, models_volume, outputs, PROBE_LOGPROBS,
+                                            "/outputs/grpo/final", json.dumps(tokens)))
+        initial = json.loads(in_trainer_image(trainer_image, models_volume, outputs, PROBE_LOGPROBS,
+                                              "/models/answer-policy", json.dumps(tokens)))
+        to_final = max(abs(a - b) for a, b in zip(served, final))
+        to_initial = max(abs(a - b) for a, b in zip(served, initial))
+        assert to_final < 1e-3 < to_initial, (to_final, to_initial)
+    finally:
+        inference.stop()
+        subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
+
+
+def test_opencode_rollouts_become_training_rows(trainer_image, models_volume, network, opencode_env, outputs):
+    """The scripted model writes a correct solution to the first task (reverse a line): reward 1."""
+    run_trainer(trainer_image, network, outputs, "async-grpo", "--config", "async-grpo-cpu.yaml",
+                "--set", "model=/models/scripted", "--set", "output_dir=/outputs/async",
+                "--set", "opencode.num_tasks=1", "--set", "inference.model=test-model",
+                volumes={models_volume: "/models"})
+    run = outputs / "async"
+    rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
+    sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+    assert len(rows) >= 2 and {r["group_id"] for r in rows} == {0}
+    assert all(r["reward"] == 1.0 for r in rows)
+    traces = {s["rollout_id"]: httpx.get(f"{opencode_env.url}/rollouts/{s['rollout_id']}/trace", timeout=30).json()
+              for s in sessions if s["group"] == 0}
+    turns = [t for trace in traces.values() for t in trace["turns"]]
+    for row in rows:
+        # A row is one conversation: the engine's prompt ids, then its sampled ids with their logprobs.
+        first = next(t for t in turns if row["input_ids"][:len(t["prompt_token_ids"])] == t["prompt_token_ids"])
+        start = len(first["prompt_token_ids"])
+        end = start + len(first["completion_token_ids"])
+        assert row["input_ids"][start:end] == first["completion_token_ids"]
+        assert row["completion_mask"][:start] == [0] * start
+        assert row["completion_mask"][start:end] == [1] * (end - start)
+        assert row["old_log_probs"][start:end] == pytest.approx(first["per_token_logps"], abs=1e-6)
+        assert row["trained_tokens"] == sum(row["completion_mask"]) > 0

@@ -1,0 +1,91 @@
+"""The OpenCode env client and its OpenEnv harness sessions, against a recorded fake of the API."""
+
+import json
+import pickle
+
+import httpx
+import pytest
+from openenv.core.harness import TrainableSession
+
+from opencode_env_client import (OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory, RolloutNotScorable,
+                                 ServiceBusyError)
+
+TASK = {"task_id": "t1", "instruction": "Write solution.py that reverses a line.",
+        "tests": [{"stdin": "ab\n", "expected_stdout": "ba"}]}
+TRACE = {"schema_version": 1, "turns": [{
+    "node_id": "r1:0", "prompt_token_ids": [1, 2, 3], "completion_token_ids": [4, 5], "per_token_logps": [-0.5, -1.0],
+    "loss_mask": [0, 0, 0, 1, 1], "request": {"messages": []}, "response": {}, "metadata": {}}]}
+
+
+class FakeService:
+    """Answers like the service; records the requests."""
+
+    def __init__(self, reward=1.0, busy=False):
+        self.requests: list[httpx.Request] = []
+        self.reward, self.busy, self.waits = reward, busy, 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path = request.url.path
+        if request.method == "POST" and path == "/rollouts":
+            if self.busy:
+                return httpx.Response(503, json={"detail": {"message": "all 4 rollout slots are busy"}})
+            return httpx.Response(201, json={"rollout_id": "r1", "api_key": "k", "status": "running"})
+        if path == "/rollouts/r1/wait":
+            self.waits += 1
+            return httpx.Response(200, json={"status": "completed", "final": self.waits >= 2, "turns": 1,
+                                             "agent_exit_code": 0})
+        if path == "/rollouts/r1/trace":
+            return httpx.Response(200, json=TRACE)
+        if path == "/rollouts/r1/verify":
+            return httpx.Response(200, json={"reward": self.reward, "passed": 1, "total": 1, "results": [],
+                                             "reason": "not scored: infra_failure (upstream down)"})
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        return httpx.Response(404, json={"detail": {"message": f"unknown rollout {path}"}})
+
+
+def factory_with(service: FakeService, **kwargs) -> OpenCodeSessionFactory:
+    factory = OpenCodeSessionFactory("http://opencode-env:8000", [TASK], sampling={"temperature": 0.7}, **kwargs)
+    factory._client = OpenCodeEnvClient(factory.base_url, poll_s=0.01, transport=httpx.MockTransport(service))
+    return factory
+
+
+def test_session_runs_the_harness_protocol():
+    service = FakeService()
+    factory = factory_with(service)
+    session = factory.create([{"role": "user", "content": TASK["instruction"]}], seed=3, episode_id="e")
+    assert isinstance(session, TrainableSession)
+    assert session.wait_for_completion() == 0 and service.waits == 2
+    trace = session.fetch_training_trace()
+    assert trace.turns[0].completion_token_ids == [4, 5]
+    result = session.verify([])
+    assert result.env_reward == 1.0 and result.metrics["tests_passed"] == 1
+    session.close()
+    session.close()  # idempotent
+    created = json.loads(service.requests[0].content)
+    assert created["task"] == TASK and created["sampling"] == {"temperature": 0.7}
+    assert [r.method for r in service.requests].count("DELETE") == 1
+
+
+def test_infrastructure_failure_is_not_scored_zero():
+    session = factory_with(FakeService(reward=None)).create(TASK)
+    with pytest.raises(RolloutNotScorable, match="infra_failure"):
+        session.verify([])
+
+
+def test_unknown_prompt_capacity_and_errors_are_clear():
+    with pytest.raises(KeyError, match="no task with the instruction"):
+        factory_with(FakeService()).create([{"role": "user", "content": "something else"}])
+    with pytest.raises(ServiceBusyError, match="slots are busy"):
+        factory_with(FakeService(busy=True)).create(TASK)
+    client = OpenCodeEnvClient("http://x", transport=httpx.MockTransport(FakeService()))
+    with pytest.raises(OpenCodeEnvError, match="HTTP 404: unknown rollout") as error:
+        client.status("nope")
+    assert error.value.status == 404
+
+
+def test_factory_pickles_without_its_connection():
+    factory = factory_with(FakeService())
+    clone = pickle.loads(pickle.dumps(factory))
+    assert clone._client is None and clone.tasks == factory.tasks and clone.sampling == {"temperature": 0.7}

@@ -1,0 +1,199 @@
+"""``python -m trainer async-grpo``: TRL's harness rollouts against the OpenCode env service.
+
+On a CUDA host this is TRL's ``AsyncGRPOTrainer`` with a ``HarnessRolloutWorker`` whose session
+factory talks to ``opencode-env`` over HTTP (NCCL weight sync to the ``inference`` service, as TRL
+does it). AsyncGRPO cannot run on CPU (TRL calls CUDA in its constructor and needs the FA3 kernel),
+so on CPU the job runs TRL's harness rollout loop itself: the same session factory, the same
+trace -> training-row reconciliation and group advantages, written out as rows instead of being
+trained on (``rows.jsonl``).
+"""
+
+import functools
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from opencode_env_client import OpenCodeSessionFactory
+
+from .coding_tasks import load_tasks, prompts_dataset
+from .config import ConfigError, section
+from .reporting import plot_rewards, summarize
+from .step_log import StepReporter
+
+log = logging.getLogger("trainer.async_grpo")
+
+
+class RecordingSessionFactory(OpenCodeSessionFactory):
+    """The OpenCode session factory, also appending each rollout it starts to ``sessions.jsonl``."""
+
+    def __init__(self, *args: Any, record_path: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.record_path = record_path
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def create(self, task: Any, seed: Optional[int] = None, episode_id: Optional[str] = None) -> Any:
+        session = super().create(task, seed=seed, episode_id=episode_id)
+        if self.record_path:
+            with self._lock, open(self.record_path, "a") as f:
+                f.write(json.dumps({"rollout_id": session.rollout_id, "task_id": session.task_id, "group": seed,
+                                    "episode_id": episode_id, "time": time.time()}) + "\n")
+        log.info("rollout %s started (task %s, group %s)", session.rollout_id, session.task_id, seed)
+        return session
+
+
+def loop_arguments(config: dict[str, Any], output_dir: Path, tokenizer: Any) -> dict[str, Any]:
+    """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path."""
+    oc = section(config, "opencode")
+    if "env_url" not in oc:
+        raise ConfigError("opencode.env_url is required")
+    tasks = load_tasks(Path(oc["tasks"]) if oc.get("tasks") else None, oc.get("difficulties"), oc.get("num_tasks"),
+                       oc.get("limits"))
+    if not tasks:
+        raise ConfigError("no coding tasks selected (check opencode.tasks / difficulties / num_tasks)")
+    fields = section(config, "async_grpo")
+    inference = section(config, "inference")
+    sessions_path = output_dir / "sessions.jsonl"
+    sessions_path.write_text("")
+    factory = functools.partial(RecordingSessionFactory, oc["env_url"], tasks, model=inference.get("model"),
+                                wait_timeout_s=float(oc.get("wait_timeout_s", 900)), record_path=str(sessions_path))
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return dict(
+        harness_session_factory=factory,
+        model_name=inference.get("model") or config["model"],
+        dataset=prompts_dataset(tasks),
+        reward_funcs=[],
+        processing_class=tokenizer,
+        eos_token_ids=[eos] if isinstance(eos, int) else [tokenizer.eos_token_id],
+        num_generations=int(fields.get("num_generations", 8)),
+        max_inflight_tasks=int(fields.get("max_inflight_tasks", 8)),
+        vllm_server_url=inference.get("url", "http://inference:8000"),
+        max_tokens=int(fields.get("max_completion_length", 2048)),
+        temperature=float(fields.get("temperature", 1.0)),
+        chat_template_kwargs=fields.get("chat_template_kwargs"),
+    )
+
+
+def collect_rows(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    """CPU: run TRL's harness rollout loop in this process until ``collect.groups`` groups produced rows."""
+    from multiprocessing import get_context
+
+    from accelerate.state import PartialState
+    from transformers import AutoTokenizer
+    from trl.experimental.async_grpo.openenv_harness import _HarnessRolloutLoop
+
+    PartialState()  # accelerate's logger, which TRL's loop uses, needs it
+    collect = section(config, "collect")
+    want_groups = int(collect.get("groups", 2))
+    deadline = time.monotonic() + float(collect.get("timeout_s", 1800))
+    tokenizer = AutoTokenizer.from_pretrained(config["model"])
+    samples: queue.Queue = queue.Queue()
+    loop = _HarnessRolloutLoop(
+        **loop_arguments(config, output_dir, tokenizer),
+        rollout_buffer=samples, model_version_value=get_context("spawn").Value("i", 0),
+        heartbeat_value=get_context("spawn").Value("d", 0.0), failed_event=threading.Event(),
+        exception_info_queue=queue.Queue(maxsize=1), metrics_queue=queue.Queue(maxsize=4096))
+    worker = threading.Thread(target=loop.run, name="harness-rollout-loop", daemon=True)
+    worker.start()
+    rows_path = output_dir / "rows.jsonl"
+    rows_path.write_text("")
+    groups: dict[int, list[Any]] = {}
+    records: list[dict[str, Any]] = []
+    try:
+        while time.monotonic() < deadline and worker.is_alive():
+            done = len(groups) >= want_groups  # then only drain the rows of groups already scored
+            try:
+                sample = samples.get(timeout=2 if done else 5)
+            except queue.Empty:
+                if done:
+                    break
+                continue
+            if done and sample.group_id not in groups:
+                continue
+            groups.setdefault(sample.group_id, []).append(sample)
+            row = {"group_id": sample.group_id, "advantage": sample.advantage, "model_version": sample.model_version,
+                   "reward": sample.metrics.get("reward"), "tokens": int(len(sample.input_ids)),
+                   "trained_tokens": int(sample.completion_mask.sum()),
+                   "input_ids": sample.input_ids.tolist(), "completion_mask": sample.completion_mask.tolist(),
+                   "old_log_probs": sample.old_log_probs.tolist(), "prompt": sample.prompt}
+            with rows_path.open("a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+            print(f"row {len(records) + 1}: group {sample.group_id} | reward {row['reward']:.3f} | advantage "
+                  f"{sample.advantage:+.3f} | {row['tokens']} tokens, {row['trained_tokens']} trained", flush=True)
+            records.append({"step": len(records) + 1, "reward": row["reward"], "group_id": sample.group_id})
+    finally:
+        if not loop._loop.is_closed():
+            loop._loop.call_soon_threadsafe(loop._stop_event.set)
+        worker.join(timeout=120)
+    if loop._failed_event.is_set():
+        name, message, _ = loop._exception_info_queue.get_nowait()
+        raise RuntimeError(f"TRL's harness rollout loop failed: {name}: {message}")
+    summary = {"groups": len(groups), "rows": len(records), "rewards": [r["reward"] for r in records],
+               "outputs": {"rows": str(rows_path), "sessions": str(output_dir / "sessions.jsonl")}}
+    print(f"collected {len(records)} training rows from {len(groups)} groups "
+          f"(wanted {want_groups}); rows: {rows_path}", flush=True)
+    return summary
+
+
+def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    """CUDA: TRL AsyncGRPOTrainer with the harness rollout worker (NCCL weight sync to the inference service)."""
+    from transformers import AutoTokenizer, PrinterCallback
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+    from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
+
+    fields = section(config, "async_grpo")
+    fields.setdefault("logging_steps", 1)
+    fields.setdefault("run_name", config.get("run_name", "async-grpo"))
+    fields.setdefault("disable_tqdm", True)
+    fields["output_dir"] = str(output_dir / "checkpoints")
+    fields.setdefault("vllm_server_base_url", section(config, "inference").get("url"))
+    report_to = fields.get("report_to", ["trackio"])
+    fields["report_to"] = [report_to] if isinstance(report_to, str) else list(report_to)
+    if "trackio" in fields["report_to"]:
+        fields.setdefault("project", config.get("trackio_project", "rlstack"))
+    args = AsyncGRPOConfig(**fields)
+    tokenizer = AutoTokenizer.from_pretrained(config["model"])
+    worker_kwargs = loop_arguments(config, output_dir, tokenizer)
+    worker = HarnessRolloutWorker(queue_maxsize=args.queue_maxsize, **worker_kwargs)
+    reporter = StepReporter(output_dir / "metrics.jsonl")
+    trainer = AsyncGRPOTrainer(model=config["model"], args=args, train_dataset=worker_kwargs["dataset"],
+                               processing_class=tokenizer, rollout_worker=worker, callbacks=[reporter])
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    final_dir = output_dir / "final"
+    trainer.save_model(str(final_dir))
+    plot = plot_rewards(reporter.records, output_dir / "reward.png", "AsyncGRPO on OpenCode coding tasks")
+    text = summarize(reporter.records, {"metrics": output_dir / "metrics.jsonl", "final model": final_dir,
+                                        "reward plot": plot, "sessions": output_dir / "sessions.jsonl"})
+    print(text, flush=True)
+    return {"steps": len(reporter.records), "rewards": [r.get("reward") for r in reporter.records], "text": text}
+
+
+def run(config: dict[str, Any]) -> dict[str, Any]:
+    """Train on CUDA, collect rows on CPU (``device: auto|cuda|cpu``); writes summary.json."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    output_dir = Path(config.get("output_dir", "outputs/async-grpo"))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TRACKIO_DIR", str(output_dir.parent / "trackio"))
+    device = config.get("device", "auto")
+    if device not in ("auto", "cuda", "cpu"):
+        raise ConfigError(f"device must be auto, cuda or cpu, got {device!r}")
+    import torch
+
+    use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
+    log.info("async-grpo: %s", "AsyncGRPOTrainer on CUDA" if use_cuda else
+             "no CUDA: collecting training rows through TRL's harness rollout loop (no optimizer steps)")
+    summary = train(config, output_dir) if use_cuda else collect_rows(config, output_dir)
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary

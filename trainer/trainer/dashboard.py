@@ -1,0 +1,23 @@
+"""``python -m trainer.dashboard``: trackio's dashboard over the runs in ``TRACKIO_DIR``.
+
+Listens on ``DASHBOARD_HOST:DASHBOARD_PORT`` (default 0.0.0.0:7860 inside the container; Compose
+publishes it on 127.0.0.1 only).
+"""
+
+import os
+
+
+def main() -> None:
+    """Serve the dashboard until stopped."""
+    import trackio
+
+    host = os.environ.get("DASHBOARD_HOST", "0.0.0.0")
+    port = int(os.environ.get("DASHBOARD_PORT", "7860"))
+    print(f"trackio dashboard: http://{host}:{port}/ over {os.environ.get('TRACKIO_DIR', '~/.cache/huggingface/trackio')}",
+          flush=True)
+    trackio.show(project=os.environ.get("TRACKIO_PROJECT") or None, host=host, server_port=port, open_browser=False,
+                 block_thread=True)
+
+
+if __name__ == "__main__":
+    main()
