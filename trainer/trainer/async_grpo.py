@@ -133,6 +133,9 @@ def collect_rows(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
                   f"{sample.advantage:+.3f} | {row['tokens']} tokens, {row['trained_tokens']} trained", flush=True)
             records.append({"step": len(records) + 1, "reward": row["reward"], "group_id": sample.group_id})
     finally:
+        # Rollouts still running now are abandoned on purpose: their sessions are closed under TRL,
+        # which would log each one as a failure with a traceback.
+        logging.getLogger("trl.experimental.async_grpo.openenv_harness").setLevel(logging.CRITICAL)
         if not loop._loop.is_closed():
             loop._loop.call_soon_threadsafe(loop._stop_event.set)
         worker.join(timeout=120)

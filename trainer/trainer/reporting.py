@@ -5,12 +5,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 # TRL's log keys, in the order the step line shows them.
-STEP_FIELDS = (("reward", "reward {:.3f}"), ("reward_std", "± {:.3f}"), ("loss", "loss {:.4f}"), ("kl", "kl {:.4f}"),
+STEP_FIELDS = (("reward", "reward {:.3f}"), ("reward_std", "± {:.3f}"), ("loss", "loss {:.3g}"), ("kl", "kl {:.3g}"),
                ("completions/mean_length", "len {:.1f}"))
 
 
 def format_step(step: int, total: int, record: dict[str, Any]) -> str:
-    """``step 3/5 | reward 0.250 ± 0.433 | loss 0.0120 | len 21.0 | 48 tok/s | 9.8 s | weights v3``."""
+    """``step 3/5 | reward 0.250 ± 0.433 | loss 0.012 | len 21.0 | 48 tok/s | 9.8 s | weights step-3``."""
     parts = [f"step {step}/{total}"]
     for key, fmt in STEP_FIELDS:
         value = record.get(key)
