@@ -20,7 +20,7 @@ help: ## list targets
 up: wheelhouse ## build what is missing, start the stack, run the default training job (the stack stays up)
 	$(BASE) docker compose up --build --detach --wait $(SERVICES)
 	@$(MAKE) --no-print-directory urls
-	$(BASE) docker compose up --build --no-log-prefix trainer
+	$(BASE) docker compose up --build --no-deps --no-log-prefix trainer
 	@code=$$(docker compose ps --all --format '{{.ExitCode}}' trainer); [ "$$code" = 0 ] \
 	  || { echo "training job failed (exit $$code): docker compose logs trainer"; exit 1; }
 	@echo "outputs: docker compose cp trainer:/outputs ./outputs   (or the rlstack_outputs volume)"
@@ -29,7 +29,7 @@ up: wheelhouse ## build what is missing, start the stack, run the default traini
 up-gpu: ## the same on an NVIDIA GPU host: real vLLM, Qwen3-1.7B, NCCL weight sync (two GPUs)
 	$(BASE) $(GPU_COMPOSE) up --build --detach --wait $(SERVICES)
 	@$(MAKE) --no-print-directory urls
-	$(BASE) $(GPU_COMPOSE) up --build --no-log-prefix trainer
+	$(BASE) $(GPU_COMPOSE) up --build --no-deps --no-log-prefix trainer
 
 urls: ## where the services listen
 	@echo "reasoning-gym-env: http://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}  (WebSocket ws://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}/ws)"

@@ -53,7 +53,8 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         opencode = httpx.get(f"http://127.0.0.1:{ports['OPENCODE_ENV_PORT']}/health", timeout=5).json()
         assert opencode["network_isolation"] is True and opencode["inference_url"] == "http://inference:8000"
 
-        job = subprocess.Popen([*compose, "up", "--no-log-prefix", "trainer"], cwd=ROOT, env=env,
+        # As `make up`: the services were just health-checked, so the job starts without touching them.
+        job = subprocess.Popen([*compose, "up", "--no-deps", "--no-log-prefix", "trainer"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         log, restarted = [], False
         for line in job.stdout:  # the job's own output, as a user sees it

@@ -6,14 +6,14 @@ import logging
 from dataclasses import asdict
 from typing import Any, AsyncIterator, Optional
 
-import httpx
+import aiohttp
 import orjson
 from fastapi import FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from . import openenv_compat
-from .proxy import Proxy, error_response
+from .proxy import UPSTREAM_ERRORS, Proxy, Send, send_error
 from .rollouts import FINAL, CapacityError, LimitReached, Rollout, RolloutManager
 from .sandbox import apply_network_rules
 from .settings import Settings
@@ -27,7 +27,7 @@ def _json(payload: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
 
 
-def create_app(settings: Optional[Settings] = None) -> FastAPI:
+def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
     """Build the service; sandbox network rules are applied at start-up."""
     settings = settings or Settings.from_env()
     store = TraceStore(settings.traces_dir)
@@ -41,8 +41,9 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
             apply_network_rules(first, first + settings.max_concurrent_rollouts - 1, settings.port)
         else:
             log.warning("SANDBOX_NETWORK_ISOLATION=off: agents can reach any address")
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(settings.upstream_timeout_s, connect=10.0), limits=limits) as http:
+        connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, keepalive_timeout=60)
+        timeout = aiohttp.ClientTimeout(total=settings.upstream_timeout_s, connect=10.0)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as http:
             app.state.proxy = Proxy(http)
             log.info("opencode env ready: http://0.0.0.0:%d (API /rollouts, proxy /v1/chat/completions, /ws); "
                      "inference %s; %d rollout slots; network isolation %s", settings.port, settings.inference_url,
@@ -60,9 +61,9 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
         base = (request.upstream_url or settings.inference_url).rstrip("/")
         if base not in models:
             try:
-                listing = (await app.state.proxy.http.get(f"{base}/v1/models", timeout=10)).json()
+                listing = await app.state.proxy.get_json(f"{base}/v1/models", timeout_s=10)
                 models[base] = listing["data"][0]["id"]
-            except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+            except (*UPSTREAM_ERRORS, ValueError, KeyError, IndexError, TypeError) as exc:
                 raise HTTPException(502, f"cannot list models at {base}/v1/models ({exc}); pass 'model'") from None
         return models[base]
 
@@ -154,24 +155,6 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
     async def list_models() -> Response:
         return _json({"object": "list", "data": [{"id": "policy", "object": "model", "owned_by": "rlstack"}]})
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        auth = request.headers.get("authorization", "")
-        rollout = manager.by_key.get(auth.removeprefix("Bearer ").strip()) if auth.startswith("Bearer ") else None
-        if rollout is None:
-            return error_response(401, "unknown API key: each rollout's key is returned by POST /rollouts",
-                                  "authentication_error")
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return error_response(400, f"invalid JSON: {exc}")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return error_response(400, "the body must be a JSON object with a 'messages' list")
-        try:
-            return await app.state.proxy.relay(rollout, body)
-        except LimitReached as exc:
-            return error_response(429, str(exc), "rollout_limit")
-
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
         await websocket.accept()
@@ -229,4 +212,53 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
         return JSONResponse({"detail": detail}, status_code=exc.status_code)
 
     app.state.manager = manager
-    return app
+    return ProxyFastPath(app)
+
+
+class ProxyFastPath:
+    """ASGI entry point: ``POST /v1/chat/completions`` on raw ASGI, everything else to FastAPI.
+
+    The proxy call is the per-step hot path of every agent; skipping the framework's routing and
+    request/response objects there halves its overhead. ``.state`` and ``.api`` expose the app.
+    """
+
+    PATH = "/v1/chat/completions"
+
+    def __init__(self, api: FastAPI) -> None:
+        self.api = api
+        self.state = api.state
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == self.PATH:
+            await self.chat_completions(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+    async def chat_completions(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        """Authenticate by the rollout's API key, validate the body, relay it."""
+        if scope["method"] != "POST":
+            return await send_error(send, 405, "use POST")
+        manager: RolloutManager = self.state.manager
+        auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
+        rollout = manager.by_key.get(auth.removeprefix("Bearer ").strip()) if auth.startswith("Bearer ") else None
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if rollout is None:
+            return await send_error(send, 401, "unknown API key: each rollout's key is returned by POST /rollouts",
+                                    "authentication_error")
+        try:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return await send_error(send, 400, f"invalid JSON: {exc}")
+        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+            return await send_error(send, 400, "the body must be a JSON object with a 'messages' list")
+        try:
+            await self.state.proxy.relay(rollout, request, send)
+        except LimitReached as exc:
+            await send_error(send, 429, str(exc), "rollout_limit")

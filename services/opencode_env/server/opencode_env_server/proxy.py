@@ -4,20 +4,23 @@ The agent's request goes upstream with ``logprobs`` and ``return_token_ids`` for
 name and sampling fields of the rollout, and ``max_tokens`` clamped to the rollout's budget. The
 reply is relayed verbatim (SSE chunks as they arrive, or the JSON body) while the engine's prompt ids,
 completion ids and logprobs are recorded as one turn.
+
+This is the hot path of every agent step, so it runs on raw ASGI (no framework routing, request
+or response objects) with aiohttp's client upstream; the turn is recorded after the reply went out.
 """
 
 import asyncio
 import time
-from typing import Any, AsyncIterator, Optional, Protocol
+from typing import Any, Awaitable, Callable, Optional, Protocol
 
-import httpx
+import aiohttp
 import orjson
-from fastapi.responses import Response, StreamingResponse
-from starlette.background import BackgroundTask
 
 from .trace import Turn
 
 JSON_HEADERS = {"content-type": "application/json"}
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 class RolloutCalls(Protocol):
@@ -33,10 +36,16 @@ class RolloutCalls(Protocol):
     def next_turn_index(self) -> int: ...
 
 
-def error_response(status: int, message: str, kind: str = "invalid_request_error") -> Response:
+async def send_body(send: Send, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
+    """A complete HTTP response on raw ASGI."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, status: int, message: str, kind: str = "invalid_request_error") -> None:
     """An OpenAI-style error body."""
-    return Response(orjson.dumps({"error": {"message": message, "type": kind}}), status_code=status,
-                    media_type="application/json")
+    await send_body(send, status, orjson.dumps({"error": {"message": message, "type": kind}}))
 
 
 def _logprobs(choice: dict[str, Any]) -> list[float]:
@@ -94,12 +103,18 @@ class StreamAccumulator:
 
 
 class Proxy:
-    """Relays chat completions for rollouts over one shared HTTP connection pool."""
+    """Relays chat completions for rollouts over one shared aiohttp connection pool."""
 
-    def __init__(self, http: httpx.AsyncClient, weight_version_ttl_s: float = 0.25) -> None:
+    def __init__(self, http: Optional[aiohttp.ClientSession], weight_version_ttl_s: float = 0.25) -> None:
         self.http = http
         self.weight_version_ttl_s = weight_version_ttl_s
         self._versions: dict[str, tuple[float, asyncio.Future]] = {}
+
+    async def get_json(self, url: str, timeout_s: float) -> Any:
+        """GET a JSON document upstream (raises on errors and non-200 answers)."""
+        async with self.http.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            response.raise_for_status()
+            return await response.json(loads=orjson.loads, content_type=None)
 
     def weight_version(self, base_url: str) -> asyncio.Future:
         """The inference server's weight version (vLLM dev mode; None if it has none).
@@ -117,9 +132,9 @@ class Proxy:
 
     async def _fetch_version(self, base_url: str) -> Optional[str]:
         try:
-            response = await self.http.get(f"{base_url}/weight_info", timeout=5.0)
-            return str(response.json().get("weight_version")) if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+            info = await self.get_json(f"{base_url}/weight_info", timeout_s=5.0)
+            return str(info.get("weight_version"))
+        except (*UPSTREAM_ERRORS, ValueError, AttributeError):
             return None
 
     def prepare(self, rollout: RolloutCalls, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
@@ -135,83 +150,72 @@ class Proxy:
             forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
         return forwarded
 
-    async def relay(self, rollout: RolloutCalls, body: dict[str, Any]) -> Response:
-        """Forward one call for ``rollout`` and record it; the reply goes back unchanged."""
+    async def relay(self, rollout: RolloutCalls, body: dict[str, Any], send: Send) -> None:
+        """Forward one call for ``rollout``, send the reply back unchanged, then record the turn."""
         max_tokens = rollout.admit_call()
         forwarded = self.prepare(rollout, body, max_tokens)
-        index = rollout.next_turn_index()
-        version = self.weight_version(rollout.upstream_url)
-        started = time.monotonic()
+        call = _Call(rollout, forwarded, self.weight_version(rollout.upstream_url), bool(body.get("tools")))
         url = f"{rollout.upstream_url}/v1/chat/completions"
-        trainable = bool(body.get("tools"))
-        if forwarded.get("stream"):
-            return await self._stream(rollout, url, forwarded, index, version, started, trainable)
         try:
-            upstream = await self.http.post(url, content=orjson.dumps(forwarded), headers=JSON_HEADERS)
-        except httpx.HTTPError as exc:
-            return await self._failed(rollout, f"inference upstream {url}: {type(exc).__name__}: {exc}")
-        if upstream.status_code >= 400:
-            return await self._upstream_error(rollout, upstream.status_code, upstream.content, forwarded, index,
-                                              version, started, trainable, stream=False)
-        latency = time.monotonic() - started
+            async with self.http.post(url, data=orjson.dumps(forwarded), headers=JSON_HEADERS) as upstream:
+                if upstream.status >= 400:
+                    await call.upstream_error(send, upstream.status, await upstream.read())
+                elif forwarded.get("stream"):
+                    await call.stream(send, upstream)
+                else:
+                    await call.unary(send, await upstream.read(), upstream.status)
+        except UPSTREAM_ERRORS as exc:
+            message = f"inference upstream {url}: {type(exc).__name__}: {exc}"
+            rollout.infra_failure(message)
+            if not call.started:
+                await send_error(send, 502, message, "upstream_error")
+            else:  # the stream broke after its headers went out: end it
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-        async def record() -> None:
-            reply = orjson.loads(upstream.content)
-            choice = (reply.get("choices") or [{}])[0]
-            rollout.record(Turn(
-                turn=index, request=forwarded, response=reply, prompt_token_ids=reply.get("prompt_token_ids") or [],
-                completion_token_ids=choice.get("token_ids") or [], per_token_logps=_logprobs(choice),
-                finish_reason=choice.get("finish_reason"), latency_s=latency,
-                weight_version=await version, stream=False, trainable=trainable,
-            ))
 
-        # Recorded right after the reply is sent (as for streams), not on the agent's critical path.
-        return Response(upstream.content, status_code=upstream.status_code, media_type="application/json",
-                        background=BackgroundTask(record))
+class _Call:
+    """One relayed call: sends the reply, then records it as a turn."""
 
-    async def _stream(self, rollout, url, forwarded, index, version, started, trainable) -> Response:
-        request = self.http.build_request("POST", url, content=orjson.dumps(forwarded), headers=JSON_HEADERS)
-        try:
-            upstream = await self.http.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            return await self._failed(rollout, f"inference upstream {url}: {type(exc).__name__}: {exc}")
-        if upstream.status_code >= 400:
-            content = await upstream.aread()
-            await upstream.aclose()
-            return await self._upstream_error(rollout, upstream.status_code, content, forwarded, index, version,
-                                              started, trainable, stream=True)
+    def __init__(self, rollout: RolloutCalls, forwarded: dict[str, Any], version: asyncio.Future,
+                 trainable: bool) -> None:
+        self.rollout, self.forwarded, self.version, self.trainable = rollout, forwarded, version, trainable
+        self.index = rollout.next_turn_index()
+        self.began = time.monotonic()
+        self.started = False  # response headers sent
+
+    async def _record(self, **fields: Any) -> None:
+        self.rollout.record(Turn(turn=self.index, request=self.forwarded, weight_version=await self.version,
+                                 trainable=self.trainable, **fields))
+
+    async def unary(self, send: Send, content: bytes, status: int) -> None:
+        latency = time.monotonic() - self.began
+        self.started = True
+        await send_body(send, status, content)
+        reply = orjson.loads(content)
+        choice = (reply.get("choices") or [{}])[0]
+        await self._record(response=reply, prompt_token_ids=reply.get("prompt_token_ids") or [],
+                           completion_token_ids=choice.get("token_ids") or [], per_token_logps=_logprobs(choice),
+                           finish_reason=choice.get("finish_reason"), latency_s=latency, stream=False)
+
+    async def stream(self, send: Send, upstream: aiohttp.ClientResponse) -> None:
+        content_type = upstream.headers.get("content-type", "text/event-stream").encode()
+        self.started = True
+        await send({"type": "http.response.start", "status": upstream.status, "headers": [(b"content-type", content_type)]})
         acc = StreamAccumulator()
+        async for data in upstream.content.iter_any():
+            acc.feed(data)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await self._record(response=acc.response(), prompt_token_ids=acc.prompt_ids,
+                           completion_token_ids=acc.completion_ids, per_token_logps=acc.logps,
+                           finish_reason=acc.finish_reason, latency_s=time.monotonic() - self.began, stream=True)
 
-        async def relay_chunks() -> AsyncIterator[bytes]:
-            try:
-                async for data in upstream.aiter_raw():
-                    acc.feed(data)
-                    yield data
-            except httpx.HTTPError as exc:
-                rollout.infra_failure(f"inference stream broke: {type(exc).__name__}: {exc}")
-                return
-            finally:
-                await upstream.aclose()
-            rollout.record(Turn(
-                turn=index, request=forwarded, response=acc.response(), prompt_token_ids=acc.prompt_ids,
-                completion_token_ids=acc.completion_ids, per_token_logps=acc.logps, finish_reason=acc.finish_reason,
-                latency_s=time.monotonic() - started, weight_version=await version, stream=True, trainable=trainable,
-            ))
-
-        return StreamingResponse(relay_chunks(), status_code=upstream.status_code,
-                                 media_type=upstream.headers.get("content-type", "text/event-stream"))
-
-    async def _failed(self, rollout: RolloutCalls, message: str) -> Response:
-        rollout.infra_failure(message)
-        return error_response(502, message, "upstream_error")
-
-    async def _upstream_error(self, rollout, status, content, forwarded, index, version, started, trainable, stream) -> Response:
+    async def upstream_error(self, send: Send, status: int, content: bytes) -> None:
         text = content.decode(errors="replace")[:2000]
-        rollout.record(Turn(
-            turn=index, request=forwarded, response={}, prompt_token_ids=[], completion_token_ids=[], per_token_logps=[],
-            finish_reason=None, latency_s=time.monotonic() - started, weight_version=await version, stream=stream,
-            trainable=trainable, upstream_status=status, upstream_error=text,
-        ))
+        await self._record(response={}, prompt_token_ids=[], completion_token_ids=[], per_token_logps=[],
+                           finish_reason=None, latency_s=time.monotonic() - self.began,
+                           stream=bool(self.forwarded.get("stream")), upstream_status=status, upstream_error=text)
         if status >= 500:
-            rollout.infra_failure(f"inference upstream answered {status}: {text[:300]}")
-        return Response(content, status_code=status, media_type="application/json")
+            self.rollout.infra_failure(f"inference upstream answered {status}: {text[:300]}")
+        self.started = True
+        await send_body(send, status, content)
