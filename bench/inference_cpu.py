@@ -12,17 +12,13 @@ import json
 import statistics
 import subprocess
 import time
-import urllib.request
 import uuid
 
 import httpx
+from containers import docker, wait_http
 
 MODEL_NAME = "bench"
 PROMPT = [{"role": "user", "content": "Write a short story about a robot who learns to paint, in plain words."}]
-
-
-def docker(*args: str) -> str:
-    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def start(image: str, models: str, cache: str) -> tuple[str, str, float]:
@@ -32,14 +28,8 @@ def start(image: str, models: str, cache: str) -> tuple[str, str, float]:
                  "-v", f"{cache}:/cache", "-e", f"SERVED_MODEL_NAME={MODEL_NAME}", "-e", "DTYPE=float32", image)
     port = docker("port", cid, "8000/tcp").splitlines()[0].rsplit(":", 1)[1]
     url = f"http://127.0.0.1:{port}"
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            return cid, url, time.monotonic() - began
-        except OSError:
-            if time.monotonic() - began > 900:
-                raise TimeoutError(docker("logs", "--tail", "50", cid))
-            time.sleep(0.5)
+    wait_http(f"{url}/health", 900, lambda: docker("logs", "--tail", "50", cid))
+    return cid, url, time.monotonic() - began
 
 
 async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int) -> tuple[float, int, float]:

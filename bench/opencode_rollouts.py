@@ -13,29 +13,14 @@ import concurrent.futures
 import statistics
 import subprocess
 import time
-import urllib.request
 import uuid
 
 import httpx
+from containers import docker, wait_http
 
 TASK = {"task_id": "bench", "instruction": "Write solution.py that prints the sum of two integers read from stdin.",
         "tests": [{"stdin": "1 2\n", "expected_stdout": "3"}]}
 
-
-def docker(*args: str) -> str:
-    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def wait_http(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(url)
-            time.sleep(0.5)
 
 
 def one_rollout(url: str, max_tokens: int) -> tuple[float, float]:

@@ -11,6 +11,8 @@ import time
 import httpx
 import pytest
 
+from testcontainers.core.container import DockerContainer
+
 from tests.container.conftest import MODEL_NAME, SCRIPTED_CALL, wait_healthy
 
 REVERSE_TESTS = [{"stdin": "abc\n", "expected_stdout": "cba"}, {"stdin": "rollout\n", "expected_stdout": "tuollor"}]
