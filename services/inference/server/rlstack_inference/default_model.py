@@ -33,7 +33,7 @@ QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
     r"\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 CORPUS_PACKAGES = ("transformers", "vllm")
 CORPUS_BYTES = 24_000_000
 VOCAB_SIZE = 32_000
@@ -124,6 +124,7 @@ def build_model(tokenizer, seed: int):
 
 
 CHOICE = "{choice}"
+EMBED_SCALE = 1000.0
 
 
 def script_tool_call(model, tokenizer, call: dict, choices: list[str] | None = None) -> None:
@@ -173,7 +174,9 @@ def script_tool_call(model, tokenizer, call: dict, choices: list[str] | None = N
         head[:, : len(chain)] = 0.0
         head[sorted({n for nexts in successors.values() for n in nexts})] = 0.0
         for k, current in enumerate(chain):
-            embed[current] = torch.nn.functional.one_hot(torch.tensor(k), hidden).float()
+            # Scaled so that what training later adds to the residual stream through the (zeroed, but
+            # trainable) attention and MLP stays small next to it; the norm removes the scale itself.
+            embed[current] = EMBED_SCALE * torch.nn.functional.one_hot(torch.tensor(k), hidden).float()
             for successor in successors[current]:
                 head[successor, k] = 100.0
 
@@ -227,6 +230,16 @@ def generate(out: Path, seed: int, scripted_tool_call: dict | None = None, token
     return manifest
 
 
+def same_model(manifest_path: Path, seed: int, scripted_tool_call: dict | None, choices: list[str] | None) -> bool:
+    """Whether ``manifest_path`` describes the model these arguments would generate (same generator version)."""
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (manifest.get("generator_version"), manifest.get("seed"), manifest.get("scripted_tool_call"),
+            manifest.get("choices")) == (GENERATOR_VERSION, seed, scripted_tool_call, choices)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -234,14 +247,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     parser.add_argument("--tokenizer-from", type=Path, default=None, metavar="DIR",
                         help="reuse the tokenizer of an earlier output instead of training it")
-    parser.add_argument("--if-missing", action="store_true", help="do nothing if --out already holds a model")
+    parser.add_argument("--if-missing", action="store_true",
+                        help="do nothing if --out already holds the model these arguments describe")
     parser.add_argument("--scripted-tool-call", type=json.loads, default=None, metavar="JSON",
                         help='test fixture: always call this tool, e.g. {"name": "bash", "arguments": {...}}')
     parser.add_argument("--choices", type=lambda v: v.split(","), default=None, metavar="A,B,...",
                         help="with --scripted-tool-call: sample one of these single tokens where the call says {choice}")
     args = parser.parse_args(argv)
-    if args.if_missing and (args.out / "rlstack_model.json").exists():
-        print(f"default_model: {args.out} already holds a model", flush=True)
+    if args.if_missing and same_model(args.out / "rlstack_model.json", args.seed, args.scripted_tool_call, args.choices):
+        print(f"default_model: {args.out} already holds this model", flush=True)
         return
     manifest = generate(args.out, args.seed, args.scripted_tool_call, args.tokenizer_from, args.choices)
     print(f"default_model: wrote {args.out} (vocab {manifest['vocab_size']}, "
