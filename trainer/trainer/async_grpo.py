@@ -11,7 +11,6 @@ trained on (``rows.jsonl``).
 import functools
 import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -22,7 +21,7 @@ from opencode_env_client import OpenCodeSessionFactory
 
 from .coding_tasks import load_tasks, prompts_dataset
 from .config import ConfigError, section
-from .reporting import plot_rewards, summarize
+from .job import finish, prepare_output, trl_fields
 from .step_log import StepReporter
 
 log = logging.getLogger("trainer.async_grpo")
@@ -108,7 +107,7 @@ def collect_rows(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     worker.start()
     rows_path = output_dir / "rows.jsonl"
     rows_path.write_text("")
-    groups: dict[int, list[Any]] = {}
+    groups: set[int] = set()
     records: list[dict[str, Any]] = []
     try:
         while time.monotonic() < deadline and worker.is_alive():
@@ -121,7 +120,7 @@ def collect_rows(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
                 continue
             if done and sample.group_id not in groups:
                 continue
-            groups.setdefault(sample.group_id, []).append(sample)
+            groups.add(sample.group_id)
             row = {"group_id": sample.group_id, "advantage": sample.advantage, "model_version": sample.model_version,
                    "reward": sample.metrics.get("reward"), "tokens": int(len(sample.input_ids)),
                    "trained_tokens": int(sample.completion_mask.sum()),
@@ -155,16 +154,8 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
     from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
 
-    fields = section(config, "async_grpo")
-    fields.setdefault("logging_steps", 1)
-    fields.setdefault("run_name", config.get("run_name", "async-grpo"))
-    fields.setdefault("disable_tqdm", True)
-    fields["output_dir"] = str(output_dir / "checkpoints")
+    fields = trl_fields(config, "async_grpo", output_dir, "async-grpo")
     fields.setdefault("vllm_server_base_url", section(config, "inference").get("url"))
-    report_to = fields.get("report_to", ["trackio"])
-    fields["report_to"] = [report_to] if isinstance(report_to, str) else list(report_to)
-    if "trackio" in fields["report_to"]:
-        fields.setdefault("project", config.get("trackio_project", "rlstack"))
     args = AsyncGRPOConfig(**fields)
     tokenizer = AutoTokenizer.from_pretrained(config["model"])
     worker_kwargs = loop_arguments(config, output_dir, tokenizer)
@@ -174,21 +165,13 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
                                processing_class=tokenizer, rollout_worker=worker, callbacks=[reporter])
     trainer.remove_callback(PrinterCallback)
     trainer.train()
-    final_dir = output_dir / "final"
-    trainer.save_model(str(final_dir))
-    plot = plot_rewards(reporter.records, output_dir / "reward.png", "AsyncGRPO on OpenCode coding tasks")
-    text = summarize(reporter.records, {"metrics": output_dir / "metrics.jsonl", "final model": final_dir,
-                                        "reward plot": plot, "sessions": output_dir / "sessions.jsonl"})
-    print(text, flush=True)
-    return {"steps": len(reporter.records), "rewards": [r.get("reward") for r in reporter.records], "text": text}
+    return finish(trainer, reporter.records, output_dir, "AsyncGRPO on OpenCode coding tasks",
+                  {"sessions": output_dir / "sessions.jsonl"})
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
     """Train on CUDA, collect rows on CPU (``device: auto|cuda|cpu``); writes summary.json."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    output_dir = Path(config.get("output_dir", "outputs/async-grpo"))
-    output_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("TRACKIO_DIR", str(output_dir.parent / "trackio"))
+    output_dir = prepare_output(config, "outputs/async-grpo")
     device = config.get("device", "auto")
     if device not in ("auto", "cuda", "cpu"):
         raise ConfigError(f"device must be auto, cuda or cpu, got {device!r}")
@@ -197,6 +180,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     log.info("async-grpo: %s", "AsyncGRPOTrainer on CUDA" if use_cuda else
              "no CUDA: collecting training rows through TRL's harness rollout loop (no optimizer steps)")
-    summary = train(config, output_dir) if use_cuda else collect_rows(config, output_dir)
+    if use_cuda:
+        return train(config, output_dir)
+    summary = collect_rows(config, output_dir)
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

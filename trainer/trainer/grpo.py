@@ -3,13 +3,12 @@
 import functools
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any, Optional
 
 from .config import ConfigError, section
+from .job import finish, prepare_output, trl_fields
 from .reasoning_gym_tools import PROMPT, ReasoningGymSettings, ReasoningGymToolEnv
-from .reporting import plot_rewards, summarize
 from .step_log import StepReporter
 
 log = logging.getLogger("trainer.grpo")
@@ -40,17 +39,9 @@ class ServerScoreReward:
 
 
 def grpo_arguments(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
-    """GRPOConfig fields: the ``grpo`` section plus what the job decides (output dir, logging, vLLM wiring)."""
-    fields = section(config, "grpo")
-    fields.setdefault("logging_steps", 1)
-    fields.setdefault("run_name", config.get("run_name", "grpo"))
+    """GRPOConfig fields: the job's common ones, the seed, and the vLLM server when generating there."""
+    fields = trl_fields(config, "grpo", output_dir, "grpo")
     fields.setdefault("seed", config.get("seed", 42))
-    fields["output_dir"] = str(output_dir / "checkpoints")
-    fields.setdefault("disable_tqdm", True)  # StepReporter draws the bar and prints one line per step
-    report_to = fields.get("report_to", ["trackio"])
-    fields["report_to"] = [report_to] if isinstance(report_to, str) else list(report_to)
-    if "trackio" in fields["report_to"]:
-        fields.setdefault("project", config.get("trackio_project", "rlstack"))
     if fields.get("use_vllm") and fields.get("vllm_mode") == "server":
         fields.setdefault("vllm_server_base_url", section(config, "inference").get("url"))
     return fields
@@ -58,10 +49,7 @@ def grpo_arguments(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
     """Train, save the final model, plot the rewards; returns the summary (also written as summary.json)."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    output_dir = Path(config.get("output_dir", "outputs/grpo"))
-    output_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("TRACKIO_DIR", str(output_dir.parent / "trackio"))
+    output_dir = prepare_output(config, "outputs/grpo")
 
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
@@ -95,20 +83,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
                           environment_factory=functools.partial(ReasoningGymToolEnv, settings))
     trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
     trainer.train()
-    final_dir = output_dir / "final"
-    trainer.save_model(str(final_dir))
-    tokenizer.save_pretrained(str(final_dir))
-    plot = plot_rewards(reporter.records, output_dir / "reward.png", f"GRPO on reasoning-gym {settings.dataset}")
-    outputs = {"metrics": output_dir / "metrics.jsonl", "rollouts": output_dir / "rollouts.jsonl",
-               "final model": final_dir, "checkpoints": output_dir / "checkpoints", "reward plot": plot,
-               "trackio": Path(os.environ["TRACKIO_DIR"])}
-    text = summarize(reporter.records, outputs)
-    print(text, flush=True)
-    summary = {"steps": len(reporter.records), "rewards": [r.get("reward") for r in reporter.records],
-               "step_time_s": [r.get("step_time_s") for r in reporter.records],
-               "outputs": {k: str(v) for k, v in outputs.items() if v is not None}, "text": text}
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    return finish(trainer, reporter.records, output_dir, f"GRPO on reasoning-gym {settings.dataset}",
+                  {"rollouts": output_dir / "rollouts.jsonl"})
 
 
 def weight_sync_callback(config: dict[str, Any], tokenizer: Any) -> Optional[Any]:

@@ -61,7 +61,6 @@ class ReasoningGymToolEnv:
         self._settings = settings
         self._client: Any = None
         self._resets = 0  # questions served so far: what a reconnect replays
-        self._answered = False
         self.record = AnswerRecord()
 
     def _connect(self) -> Any:
@@ -79,14 +78,11 @@ class ReasoningGymToolEnv:
                 pass
             self._client = None
 
-    def _first_reset(self) -> Any:
-        s = self._settings
-        return self._client.reset(dataset_name=s.dataset, dataset_config=s.dataset_config, seed=s.seed,
-                                  size=s.dataset_size)
-
     def _reset_to(self, count: int) -> Any:
-        """Open a session and move it to the ``count``-th question (1-based)."""
-        result = self._first_reset()
+        """Set up the dataset on a new session and move it to the ``count``-th question (1-based)."""
+        s = self._settings
+        result = self._client.reset(dataset_name=s.dataset, dataset_config=s.dataset_config, seed=s.seed,
+                                    size=s.dataset_size)
         for _ in range(count - 1):
             result = self._client.reset()
         return result
@@ -116,7 +112,6 @@ class ReasoningGymToolEnv:
 
     def reset(self, **row: Any) -> str:
         """Start the next episode; the question is appended to the prompt."""
-        self._answered = False
         self.record = AnswerRecord()
         target = self._resets + 1
         result = self._with_reconnect("reset", lambda fresh: self._reset_to(target) if fresh else self._client.reset())
@@ -134,9 +129,8 @@ class ReasoningGymToolEnv:
         Returns:
             Whether the answer was correct.
         """
-        if self._answered:
+        if self.record.answer is not None:
             return "You already answered this problem; the episode is over."
-        self._answered = True
         self.record.answer = answer
 
         def step(fresh: bool) -> Any:

@@ -1,0 +1,51 @@
+"""What every training job does around TRL's trainer: the output folder, the fields it decides for
+TRL's config, and the final model, plot and summary."""
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from .config import section
+from .reporting import plot_rewards, summarize
+
+
+def prepare_output(config: dict[str, Any], default_dir: str) -> Path:
+    """Create the job's output folder; trackio's store goes beside it unless TRACKIO_DIR is set."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    output_dir = Path(config.get("output_dir", default_dir))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TRACKIO_DIR", str(output_dir.parent / "trackio"))
+    return output_dir
+
+
+def trl_fields(config: dict[str, Any], name: str, output_dir: Path, run_name: str) -> dict[str, Any]:
+    """The ``name`` section (TRL config fields) plus what the job decides: checkpoints, logging, trackio."""
+    fields = section(config, name)
+    fields.setdefault("logging_steps", 1)
+    fields.setdefault("run_name", config.get("run_name", run_name))
+    fields["output_dir"] = str(output_dir / "checkpoints")
+    fields.setdefault("disable_tqdm", True)  # StepReporter draws the bar and prints one line per step
+    report_to = fields.get("report_to", ["trackio"])
+    fields["report_to"] = [report_to] if isinstance(report_to, str) else list(report_to)
+    if "trackio" in fields["report_to"]:
+        fields.setdefault("project", config.get("trackio_project", "rlstack"))
+    return fields
+
+
+def finish(trainer: Any, records: list[dict[str, Any]], output_dir: Path, title: str,
+           outputs: dict[str, Optional[Path]]) -> dict[str, Any]:
+    """Save the final model (with its tokenizer), plot the rewards, print and write the summary."""
+    final_dir = output_dir / "final"
+    trainer.save_model(str(final_dir))
+    outputs = {"metrics": output_dir / "metrics.jsonl", **outputs, "final model": final_dir,
+               "checkpoints": output_dir / "checkpoints",
+               "reward plot": plot_rewards(records, output_dir / "reward.png", title),
+               "trackio": Path(os.environ["TRACKIO_DIR"])}
+    text = summarize(records, outputs)
+    print(text, flush=True)
+    summary = {"steps": len(records), "rewards": [r.get("reward") for r in records],
+               "step_time_s": [r.get("step_time_s") for r in records],
+               "outputs": {k: str(v) for k, v in outputs.items() if v is not None}, "text": text}
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
