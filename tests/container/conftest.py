@@ -88,11 +88,13 @@ def trainer_image(base_image: str) -> str:
     return TRAINER_IMAGE
 
 
-def run_in_image(image: str, volume: str, *command: str) -> str:
-    """Run python3 in a throwaway container of ``image`` with the models volume and test helpers."""
+def run_in_image(image: str, volume: str, *command: str, outputs: Path | None = None) -> str:
+    """Run python3 in a throwaway container of ``image`` with the models volume and test helpers
+    (and ``outputs`` at /outputs)."""
+    mounts = ["-v", f"{outputs}:/outputs"] if outputs is not None else []
     return subprocess.run(
-        ["docker", "run", "--rm", "-v", f"{volume}:/models", "-v", f"{HELPERS}:/helpers:ro", "--entrypoint", "python3",
-         image, *command],
+        ["docker", "run", "--rm", "-v", f"{volume}:/models", "-v", f"{HELPERS}:/helpers:ro", *mounts,
+         "--entrypoint", "python3", image, *command],
         check=True, capture_output=True, text=True,
     ).stdout
 

@@ -15,7 +15,7 @@ import reasoning_gym
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
-from tests.container.conftest import wait_healthy
+from tests.container.conftest import run_in_image, wait_healthy
 
 DATASET_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 COMPARE_WEIGHTS = """
@@ -51,12 +51,6 @@ def run_trainer(image: str, network: Network, outputs: Path, *args: str, volumes
                             capture_output=True, text=True, timeout=timeout_s)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return result.stdout + result.stderr
-
-
-def in_trainer_image(image: str, volume: str, outputs: Path, script: str, *args: str) -> str:
-    """Run a Python snippet in the trainer image with the models volume and the outputs folder."""
-    return subprocess.run(["docker", "run", "--rm", f"-v{volume}:/models:ro", f"-v{outputs}:/outputs", "--entrypoint",
-                           "python3", image, "-c", script, *args], check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +95,8 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
 
     # The optimizer moved the policy when some answers were right and some wrong.
     assert any(m["reward_std"] > 0 for m in metrics)
-    gap = float(in_trainer_image(trainer_image, models_volume, outputs, COMPARE_WEIGHTS, "/models/answer-policy",
-                                 "/outputs/grpo/final"))
+    gap = float(run_in_image(trainer_image, models_volume, "-c", COMPARE_WEIGHTS, "/models/answer-policy",
+                             "/outputs/grpo/final", outputs=outputs))
     assert gap > 1e-4
 
 
@@ -139,10 +133,10 @@ def test_cpu_weight_sync_serves_the_trained_weights(trainer_image, inference_ima
         served = httpx.post(f"{url}/v1/completions", timeout=60, json={
             "model": "policy", "prompt": tokens, "max_tokens": 1, "prompt_logprobs": 0}).json()["choices"][0]
         served = [p[str(t)]["logprob"] for t, p in zip(tokens[1:], served["prompt_logprobs"][1:])]
-        final = json.loads(in_trainer_image(trainer_image, models_volume, outputs, PROBE_LOGPROBS,
-                                            "/outputs/grpo/final", json.dumps(tokens)))
-        initial = json.loads(in_trainer_image(trainer_image, models_volume, outputs, PROBE_LOGPROBS,
-                                              "/models/answer-policy", json.dumps(tokens)))
+        final = json.loads(run_in_image(trainer_image, models_volume, "-c", PROBE_LOGPROBS, "/outputs/grpo/final",
+                                        json.dumps(tokens), outputs=outputs))
+        initial = json.loads(run_in_image(trainer_image, models_volume, "-c", PROBE_LOGPROBS, "/models/answer-policy",
+                                          json.dumps(tokens), outputs=outputs))
         to_final = max(abs(a - b) for a, b in zip(served, final))
         to_initial = max(abs(a - b) for a, b in zip(served, initial))
         assert to_final < 1e-3 < to_initial, (to_final, to_initial)
