@@ -2,10 +2,13 @@
 
 Starts vllm-cpu (default model, the stack's flags) and opencode-env on a private Docker network,
 then runs rollouts at each concurrency and prints rollouts per minute and the time from creating a
-rollout to its first model call. The default model is random, so each rollout is one OpenCode turn:
-the ~7.6k-token first prompt, up to --max-tokens of output, then OpenCode stops.
+rollout to its first model call, with the OpenCode servers pre-started and warmed up in the free
+slots (AGENT_PREWARM=on, the default) and without (each rollout starts its server). The default
+model is random, so each rollout is one OpenCode turn: the ~7.6k-token first prompt, up to
+--max-tokens of output, then OpenCode stops. A first round of one rollout per slot (not counted)
+warms the engine and leaves each slot prepared with the benchmark's limits.
 
-    python bench/opencode_rollouts.py [--concurrency 1 4] [--rollouts-per-slot 2]
+    python bench/opencode_rollouts.py [--concurrency 1 4] [--rollouts-per-slot 2] [--agent-prewarm on off]
 """
 
 import argparse
@@ -23,8 +26,8 @@ TASK = {"task_id": "bench", "instruction": "Write solution.py that prints the su
 
 
 
-def one_rollout(url: str, max_tokens: int) -> tuple[float, float]:
-    """(seconds from creation to the first model call, seconds to finish)."""
+def one_rollout(url: str, max_tokens: int) -> tuple[float, float, bool]:
+    """(seconds from creation to the first model call, seconds to finish, served by a pre-started agent)."""
     began = time.monotonic()
     created = httpx.post(f"{url}/rollouts", timeout=30, json={
         "task": {**TASK, "limits": {"max_turns": 4, "max_tokens_per_turn": max_tokens, "wall_s": 600}}}).json()
@@ -32,7 +35,7 @@ def one_rollout(url: str, max_tokens: int) -> tuple[float, float]:
     httpx.delete(f"{url}/rollouts/{created['rollout_id']}", timeout=30)
     if status["first_call_at"] is None:
         raise RuntimeError(f"rollout made no model call: {status}")
-    return status["first_call_at"] - status["created_at"], time.monotonic() - began
+    return status["first_call_at"] - status["created_at"], time.monotonic() - began, status["agent_prestarted"]
 
 
 def main() -> None:
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--rollouts-per-slot", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--agent-prewarm", nargs="+", choices=["on", "off"], default=["on", "off"])
     args = parser.parse_args()
     name = uuid.uuid4().hex[:8]
     net, models = f"rlstack-bench-{name}", f"rlstack-bench-models-{name}"
@@ -53,25 +57,35 @@ def main() -> None:
         containers.append(docker("run", "-d", "--network", net, "--network-alias", "inference", "--shm-size", "1g",
                                  "-v", f"{models}:/models", "-e", "SERVED_MODEL_NAME=default", "-e", "DTYPE=float32",
                                  f"rlstack/inference-cpu:{args.tag}"))
-        containers.append(docker("run", "-d", "--network", net, "--cap-add", "NET_ADMIN", "-p", "127.0.0.1::8000",
-                                 "-e", "INFERENCE_URL=http://inference:8000", "-e", "INFERENCE_MODEL=default",
-                                 "-e", f"MAX_CONCURRENT_ROLLOUTS={max(args.concurrency)}", f"rlstack/opencode-env:{args.tag}"))
-        url = "http://" + docker("port", containers[-1], "8000/tcp").splitlines()[0]
-        wait_http(f"{url}/health", 60)
-        subprocess.run(["docker", "exec", containers[-1], "python3", "-c",
-                        "import time,urllib.request\nfor _ in range(900):\n try: urllib.request.urlopen('http://inference:8000/health'); break\n except OSError: time.sleep(1)"],
-                       check=True)
-        one_rollout(url, args.max_tokens)  # warm-up: first prefill, kernel compile
+        slots = max(args.concurrency)
+        wait_inference = ("import time,urllib.request\nfor _ in range(900):\n try: urllib.request.urlopen("
+                          "'http://inference:8000/health'); break\n except OSError: time.sleep(1)")
         print(f"OpenCode rollouts with the default model ({args.max_tokens} output tokens per turn)")
-        print(f"{'concurrency':>11}{'rollouts':>10}{'rollouts/min':>14}{'first call p50 s':>18}{'first call max s':>18}")
-        for concurrency in args.concurrency:
-            n = concurrency * args.rollouts_per_slot
-            began = time.monotonic()
-            with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-                results = list(pool.map(lambda _: one_rollout(url, args.max_tokens), range(n)))
-            elapsed = time.monotonic() - began
-            firsts = [r[0] for r in results]
-            print(f"{concurrency:>11}{n:>10}{n / elapsed * 60:>14.1f}{statistics.median(firsts):>18.2f}{max(firsts):>18.2f}")
+        print(f"{'prewarm':>8}{'concurrency':>12}{'rollouts':>10}{'rollouts/min':>14}{'first call p50 s':>18}"
+              f"{'first call max s':>18}{'pre-started':>13}")
+        for prewarm in args.agent_prewarm:
+            env = docker("run", "-d", "--network", net, "--cap-add", "NET_ADMIN", "-p", "127.0.0.1::8000",
+                         "-e", "INFERENCE_URL=http://inference:8000", "-e", "INFERENCE_MODEL=default",
+                         "-e", f"MAX_CONCURRENT_ROLLOUTS={slots}", "-e", f"AGENT_PREWARM={prewarm}",
+                         f"rlstack/opencode-env:{args.tag}")
+            containers.append(env)
+            url = "http://" + docker("port", env, "8000/tcp").splitlines()[0]
+            wait_http(f"{url}/health", 60)
+            subprocess.run(["docker", "exec", env, "python3", "-c", wait_inference], check=True)
+            with concurrent.futures.ThreadPoolExecutor(slots) as pool:  # warm-up round, one rollout per slot
+                list(pool.map(lambda _: one_rollout(url, args.max_tokens), range(slots)))
+            time.sleep(15)  # the slots' next servers warm up
+            for concurrency in args.concurrency:
+                n = concurrency * args.rollouts_per_slot
+                began = time.monotonic()
+                with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+                    results = list(pool.map(lambda _: one_rollout(url, args.max_tokens), range(n)))
+                elapsed = time.monotonic() - began
+                firsts = [r[0] for r in results]
+                print(f"{prewarm:>8}{concurrency:>12}{n:>10}{n / elapsed * 60:>14.1f}{statistics.median(firsts):>18.2f}"
+                      f"{max(firsts):>18.2f}{sum(r[2] for r in results):>10}/{n:<2}")
+                time.sleep(15)
+            subprocess.run(["docker", "rm", "-f", env], capture_output=True)
     finally:
         for cid in containers:
             subprocess.run(["docker", "rm", "-f", cid], capture_output=True)

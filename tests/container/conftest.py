@@ -7,7 +7,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 from testcontainers.core.container import DockerContainer
@@ -31,18 +31,18 @@ DIGITS = ",".join(str(d) for d in range(10))
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 
-def wait_healthy(url: str, timeout_s: float = 90.0) -> None:
-    """Poll ``url`` until it answers 200 or fail after ``timeout_s``."""
+def wait_healthy(url: str, timeout_s: float = 90.0, until: Optional[Callable[[Any], bool]] = None) -> None:
+    """Poll ``url`` until it answers 200 (and ``until`` holds for its JSON body) or fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
+                if response.status == 200 and (until is None or until(json.loads(response.read()))):
                     return
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} not healthy after {timeout_s}s")
+            raise TimeoutError(f"{url} not healthy{' (or not as expected)' if until else ''} after {timeout_s}s")
         time.sleep(0.25)
 
 
@@ -184,17 +184,22 @@ def env_url(start_env: Callable[..., str]) -> str:
     return start_env()
 
 
-@pytest.fixture(scope="session")
-def opencode_env(opencode_image: str, scripted_inference: DockerContainer, network: Network) -> Iterator[DockerContainer]:
-    """The OpenCode env against the scripted inference server; ``http://opencode-env:8000`` on ``network``."""
+def start_opencode_env(image: str, network: Network, slots: int, *aliases: str) -> DockerContainer:
+    """An OpenCode env container against ``http://inference:8000`` on ``network``, healthy; ``.url`` set."""
     container = (
-        DockerContainer(opencode_image).with_exposed_ports(8000).with_network(network)
-        .with_network_aliases("opencode-env")
-        .with_env("INFERENCE_URL", "http://inference:8000").with_env("MAX_CONCURRENT_ROLLOUTS", "3")
+        DockerContainer(image).with_exposed_ports(8000).with_network(network).with_network_aliases(*aliases)
+        .with_env("INFERENCE_URL", "http://inference:8000").with_env("MAX_CONCURRENT_ROLLOUTS", str(slots))
         .with_kwargs(cap_add=["NET_ADMIN"])
     )
     container.start()
     container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
     wait_healthy(f"{container.url}/health", timeout_s=60)
+    return container
+
+
+@pytest.fixture(scope="session")
+def opencode_env(opencode_image: str, scripted_inference: DockerContainer, network: Network) -> Iterator[DockerContainer]:
+    """The OpenCode env (3 slots) against the scripted inference server; ``http://opencode-env:8000`` on ``network``."""
+    container = start_opencode_env(opencode_image, network, 3, "opencode-env")
     yield container
     container.stop()

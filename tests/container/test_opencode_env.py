@@ -13,7 +13,7 @@ import pytest
 
 from testcontainers.core.container import DockerContainer
 
-from tests.container.conftest import MODEL_NAME, SCRIPTED_CALL, wait_healthy
+from tests.container.conftest import MODEL_NAME, SCRIPTED_CALL, start_opencode_env, wait_healthy
 
 REVERSE_TESTS = [{"stdin": "abc\n", "expected_stdout": "cba"}, {"stdin": "rollout\n", "expected_stdout": "tuollor"}]
 
@@ -74,6 +74,31 @@ def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_toke
         httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
 
+def test_a_prestarted_warm_agent_serves_the_slots_next_rollout(opencode_image, scripted_inference, network) -> None:
+    container = start_opencode_env(opencode_image, network, 1)
+    try:
+        url, limits = container.url, {"max_turns": 2, "wall_s": 240}
+        # The slot's first server was warmed with the default limits; these differ, so this one starts afresh...
+        first = create(url, task(limits=limits))
+        assert wait(url, first["rollout_id"])["agent_prestarted"] is False
+        httpx.delete(f"{url}/rollouts/{first['rollout_id']}")
+        # ...and closing it prepares the slot's next server with its limits.
+        wait_healthy(f"{url}/health", timeout_s=120, until=lambda health: health["warm_agents"] == 1)
+        rollout = create(url, task(limits=limits))
+        assert httpx.get(f"{url}/health").json()["warm_agents"] == 0
+        status = wait(url, rollout["rollout_id"])
+        assert status["agent_prestarted"] is True and status["status"] == "stopped", status
+        files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files").json()
+        assert files["solution.py"].strip() == "print(input()[::-1])"
+        # The warm-up session's call was answered by the proxy and is not one of the rollout's turns.
+        turns = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/turns").json()
+        assert [t["turn"] for t in turns] == [0, 1] and all(t["upstream_status"] == 200 for t in turns)
+        assert "prints its input line reversed" in json.dumps(turns[0]["request"]["messages"])
+        assert "Reply with: ok" not in json.dumps([t["request"]["messages"] for t in turns])
+    finally:
+        container.stop()
+
+
 def test_verification_scores_an_incorrect_solution_below_one(opencode_env) -> None:
     url = opencode_env.url
     tests = [{"stdin": "abc\n", "expected_stdout": "ABC"}, {"stdin": "aba\n", "expected_stdout": "aba"}]
@@ -85,12 +110,20 @@ def test_verification_scores_an_incorrect_solution_below_one(opencode_env) -> No
     httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
 
+def sandbox_uid(container: DockerContainer, rollout_id: str) -> str:
+    return in_container(container, "stat", "-c", "%u", f"/sandboxes/{rollout_id}").stdout.strip()
+
+
+def pids_of(container: DockerContainer, uid: str) -> set[str]:
+    return set(in_container(container, "ps", "-o", "pid=", "-u", uid).stdout.split())
+
+
 def test_turn_cap_stops_a_looping_agent_and_leaves_no_process(opencode_env) -> None:
     url = opencode_env.url
     rollout = create(url, task(limits={"max_turns": 4, "wall_s": 240}))
     status = wait(url, rollout["rollout_id"])
     assert status["status"] == "stopped" and status["turns"] == 4
-    assert in_container(opencode_env, "sh", "-c", "ps -eo uid= | awk '$1>=20000' | wc -l").stdout.strip() == "0"
+    assert pids_of(opencode_env, sandbox_uid(opencode_env, rollout["rollout_id"])) == set()
     httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
 
@@ -101,9 +134,12 @@ def test_killing_a_running_rollout_leaves_no_process_behind(opencode_env) -> Non
     deadline = time.monotonic() + 30
     while "sleep" not in in_container(opencode_env, "ps", "-eo", "uid,comm").stdout and time.monotonic() < deadline:
         time.sleep(0.2)
+    uid = sandbox_uid(opencode_env, rollout["rollout_id"])
+    before = pids_of(opencode_env, uid)
+    assert len(before) >= 4
     assert httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}").status_code == 204
-    left = in_container(opencode_env, "sh", "-c", "ps -eo uid= | awk '$1>=20000' | wc -l").stdout.strip()
-    assert left == "0"
+    # The slot's next OpenCode server may already be starting as the same uid: only new pids are allowed.
+    assert before & pids_of(opencode_env, uid) == set()
 
 
 def test_concurrent_rollouts_cannot_see_each_other(opencode_env) -> None:
@@ -128,14 +164,22 @@ def test_concurrent_rollouts_cannot_see_each_other(opencode_env) -> None:
             httpx.delete(f"{url}/rollouts/{r['rollout_id']}")
 
 
+PORT_PROBE = ("import socket,sys\n"
+              "def ok(h,p):\n"
+              "    try:\n        socket.create_connection((h,p),timeout=3).close(); return True\n"
+              "    except OSError: return False\n")
+
+
 def test_network_reaches_only_the_proxy(opencode_env) -> None:
-    probe = ("import socket,sys\n"
-             "def ok(h,p):\n"
-             "    try:\n        socket.create_connection((h,p),timeout=3).close(); return True\n"
-             "    except OSError: return False\n"
-             "print(ok('127.0.0.1',8000), ok('inference',8000), ok('172.17.0.1',80), ok('1.1.1.1',443))")
+    # Each free slot runs its next OpenCode server on 127.0.0.1:41000+slot (see AGENT_PORT_BASE).
+    wait_healthy(f"{opencode_env.url}/health", timeout_s=120, until=lambda health: health["warm_agents"] >= 1)
+    agent_ports = [41000, 41001, 41002]
+    as_root = in_container(opencode_env, "python3", "-c", PORT_PROBE + f"print([ok('127.0.0.1',p) for p in {agent_ports}])")
+    assert "True" in as_root.stdout, as_root  # the service reaches the warm servers...
+    probe = PORT_PROBE + ("print(ok('127.0.0.1',8000), ok('inference',8000), ok('172.17.0.1',80), ok('1.1.1.1',443),"
+                          f" any(ok('127.0.0.1',p) for p in {agent_ports}))")
     run = in_container(opencode_env, "setpriv", "--reuid=20001", "--regid=20001", "--clear-groups", "python3", "-c", probe)
-    assert run.stdout.split() == ["True", "False", "False", "False"], run.stderr
+    assert run.stdout.split() == ["True", "False", "False", "False", "False"], run.stderr  # ...a sandbox none of them
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from . import openenv_compat
-from .proxy import UPSTREAM_ERRORS, Proxy, Send, send_error
+from .proxy import UPSTREAM_ERRORS, Proxy, Send, send_error, send_warm_up_reply
 from .rollouts import FINAL, CapacityError, LimitReached, Rollout, RolloutManager
 from .sandbox import apply_network_rules
 from .settings import Settings
@@ -45,9 +45,11 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
         timeout = aiohttp.ClientTimeout(total=settings.upstream_timeout_s, connect=10.0)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as http:
             app.state.proxy = Proxy(http)
+            manager.start(http)
             log.info("opencode env ready: http://0.0.0.0:%d (API /rollouts, proxy /v1/chat/completions, /ws); "
-                     "inference %s; %d rollout slots; network isolation %s", settings.port, settings.inference_url,
-                     settings.max_concurrent_rollouts, "on" if settings.network_isolation else "OFF")
+                     "inference %s; %d rollout slots (OpenCode pre-started: %s); network isolation %s", settings.port,
+                     settings.inference_url, settings.max_concurrent_rollouts, "yes" if settings.agent_prewarm else "no",
+                     "on" if settings.network_isolation else "OFF")
             try:
                 yield
             finally:
@@ -83,7 +85,8 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
     @app.get("/health")
     async def health() -> Response:
         return _json({"status": "healthy", "active_rollouts": manager.active,
-                      "max_rollouts": settings.max_concurrent_rollouts, "inference_url": settings.inference_url,
+                      "max_rollouts": settings.max_concurrent_rollouts, "warm_agents": manager.warm_agents,
+                      "inference_url": settings.inference_url,
                       "network_isolation": settings.network_isolation})
 
     @app.get("/schema")
@@ -240,7 +243,8 @@ class ProxyFastPath:
             return await send_error(send, 405, "use POST")
         manager: RolloutManager = self.state.manager
         auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
-        rollout = manager.by_key.get(auth.removeprefix("Bearer ").strip()) if auth.startswith("Bearer ") else None
+        key = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
+        rollout = manager.by_key.get(key)
         body = b""
         while True:
             message = await receive()
@@ -249,7 +253,8 @@ class ProxyFastPath:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        if rollout is None:
+        warming = key in manager.warming  # checked first: a rollout may already hold the key of its warming agent
+        if rollout is None and not warming:
             return await send_error(send, 401, "unknown API key: each rollout's key is returned by POST /rollouts",
                                     "authentication_error")
         try:
@@ -258,6 +263,8 @@ class ProxyFastPath:
             return await send_error(send, 400, f"invalid JSON: {exc}")
         if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
             return await send_error(send, 400, "the body must be a JSON object with a 'messages' list")
+        if warming:
+            return await send_warm_up_reply(send, bool(request.get("stream")))
         try:
             await self.state.proxy.relay(rollout, request, send)
         except LimitReached as exc:

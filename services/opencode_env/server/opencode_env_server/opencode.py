@@ -32,7 +32,8 @@ def opencode_config(proxy_base_url: str, api_key: str, output_tokens: int) -> di
     }
 
 
-def prepare(sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: int) -> dict[str, str]:
+def prepare(sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: int,
+            server_password: str) -> dict[str, str]:
     """Write the config into the sandbox's HOME; returns the agent's environment."""
     config_dir = sandbox.home / ".config" / "opencode"
     config_dir.mkdir(parents=True, exist_ok=True)
@@ -48,11 +49,13 @@ def prepare(sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: 
         "OPENCODE_DISABLE_SHARE": "1",
         "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
         "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+        # Basic auth on the agent's server: the second fence, after the firewall, between sandboxes.
+        "OPENCODE_SERVER_PASSWORD": server_password,
         "OPENAI_API_KEY": api_key,
         "OPENAI_BASE_URL": proxy_base_url,
     })
 
 
-def command(binary: str, instruction: str) -> list[str]:
-    """``opencode run`` non-interactively, without external plugins, with JSON events on stdout."""
-    return [binary, "run", "--pure", "--format", "json", instruction]
+def serve_command(binary: str, port: int) -> list[str]:
+    """OpenCode's server on a loopback port, without external plugins (``--pure``)."""
+    return [binary, "serve", "--pure", "--port", str(port), "--hostname", "127.0.0.1"]

@@ -48,6 +48,24 @@ async def send_error(send: Send, status: int, message: str, kind: str = "invalid
     await send_body(send, status, orjson.dumps({"error": {"message": message, "type": kind}}))
 
 
+WARM_UP_TEXT = "ok"
+
+
+async def send_warm_up_reply(send: Send, stream: bool) -> None:
+    """A canned one-word answer for an agent's warm-up session (no upstream call, no turn recorded)."""
+    message = {"id": "warm-up", "created": 0, "model": "warm-up"}
+    usage = {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}
+    if not stream:
+        return await send_body(send, 200, orjson.dumps({**message, "object": "chat.completion", "usage": usage,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": WARM_UP_TEXT}, "finish_reason": "stop"}]}))
+    chunks = [{**message, "object": "chat.completion.chunk", "choices": [{"index": 0, "finish_reason": None,
+                                                                         "delta": {"role": "assistant", "content": WARM_UP_TEXT}}]},
+              {**message, "object": "chat.completion.chunk", "usage": usage,
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    body = b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
+    await send_body(send, 200, body, b"text/event-stream")
+
+
 def _logprobs(choice: dict[str, Any]) -> list[float]:
     return [entry["logprob"] for entry in ((choice.get("logprobs") or {}).get("content") or [])]
 

@@ -1,17 +1,21 @@
 """Rollout lifecycle: sandbox, agent process, turn and token caps, verification, persistence."""
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from dataclasses import asdict
 from typing import Any, Optional
 
+import aiohttp
+
 from . import opencode
+from .agent_server import AgentFailed, AgentServer
 from .sandbox import CommandResult, Sandbox
 from .settings import Settings
-from .tasks import RolloutRequest
+from .tasks import Limits, RolloutRequest
 from .trace import TraceStore, Turn, extends
 
 log = logging.getLogger("opencode_env_server.rollouts")
@@ -21,6 +25,24 @@ PENDING, RUNNING = "pending", "running"
 COMPLETED, STOPPED, TIMED_OUT, LIMIT_EXCEEDED, INFRA_FAILURE, SETUP_FAILED = (
     "completed", "stopped", "timed_out", "limit_exceeded", "infra_failure", "setup_failed")
 FINAL = {COMPLETED, STOPPED, TIMED_OUT, LIMIT_EXCEEDED, INFRA_FAILURE, SETUP_FAILED}
+
+
+def new_identity() -> tuple[str, str]:
+    """A rollout's id and its proxy API key."""
+    return secrets.token_hex(8), "rk-" + secrets.token_urlsafe(24)
+
+
+@dataclass
+class Prepared:
+    """A free slot's next rollout, made ready before it is asked for: its identity, sandbox and an
+    OpenCode server started (and warmed up) with the limits of the slot's previous rollout."""
+
+    rollout_id: str
+    key: str
+    limits: Limits
+    sandbox: Sandbox
+    agent: AgentServer
+    ready: Optional[asyncio.Task] = None  # True once warm; False if the start failed (never raises)
 
 
 class CapacityError(RuntimeError):
@@ -34,9 +56,9 @@ class LimitReached(RuntimeError):
 class Rollout:
     """One task being run by one agent, with its proxy key and recorded turns."""
 
-    def __init__(self, request: RolloutRequest, settings: Settings, slot: int, model: str, store: TraceStore) -> None:
-        self.id = secrets.token_hex(8)
-        self.key = "rk-" + secrets.token_urlsafe(24)
+    def __init__(self, request: RolloutRequest, settings: Settings, slot: int, model: str, store: TraceStore,
+                 identity: Optional[tuple[str, str]] = None) -> None:
+        self.id, self.key = identity or new_identity()
         self.request = request
         self.task = request.task
         self.limits = request.task.limits
@@ -57,7 +79,8 @@ class Rollout:
         self.first_call_at: Optional[float] = None
         self.finished_at: Optional[float] = None
         self.done = asyncio.Event()
-        self.agent: Optional[asyncio.subprocess.Process] = None
+        self.agent: Optional[AgentServer] = None
+        self.agent_prestarted = False  # served by the slot's warm OpenCode server, started before this rollout
         self.runner: Optional[asyncio.Task] = None  # ends once the rollout's processes are cleaned up
         self._store = store
 
@@ -109,7 +132,8 @@ class Rollout:
             "rollout_id": self.id, "task_id": self.task.task_id, "status": self.status, "detail": self.detail,
             "agent": self.request.agent, "model": self.model, "upstream_url": self.upstream_url,
             "turns": len(self.turns), "completion_tokens": self.completion_tokens,
-            "agent_exit_code": self.agent_exit_code, "created_at": self.created_at,
+            "agent_exit_code": self.agent_exit_code, "agent_prestarted": self.agent_prestarted,
+            "created_at": self.created_at,
             "first_call_at": self.first_call_at, "finished_at": self.finished_at,
             "reward": None if self.verification is None else self.verification["reward"],
             "infra_failure": self.status == INFRA_FAILURE,
@@ -118,8 +142,8 @@ class Rollout:
 
     @property
     def agent_log_path(self) -> Path:
-        """OpenCode's stdout/stderr, beside (not inside) the sandbox so the agent cannot rewrite it."""
-        return self.sandbox.dir.parent / f"{self.id}.agent.log"
+        """OpenCode's output and its session's events."""
+        return self.sandbox.log_path
 
     def persist(self) -> None:
         self._store.write_summary(self.id, {**self.summary(), "verification": self.verification})
@@ -127,7 +151,13 @@ class Rollout:
 
 
 class RolloutManager:
-    """Owns the slots (one sandbox uid each), the live rollouts and their keys."""
+    """Owns the slots (one sandbox uid and agent port each), the live rollouts and their keys.
+
+    With ``agent_prewarm`` each free slot holds a ``Prepared`` rollout whose OpenCode server is
+    already started and warmed up, so creating a rollout only places its files and sends the prompt.
+    A rollout whose limits differ from the prepared ones (they are fixed when a process starts) or
+    that brings its own agent gets a fresh sandbox instead.
+    """
 
     def __init__(self, settings: Settings, store: TraceStore) -> None:
         self.settings = settings
@@ -135,36 +165,112 @@ class RolloutManager:
         self.free_slots = list(range(settings.max_concurrent_rollouts))
         self.rollouts: dict[str, Rollout] = {}
         self.by_key: dict[str, Rollout] = {}
+        self.prepared: dict[int, Prepared] = {}
+        self.warming: dict[str, Prepared] = {}  # keys whose model calls get the proxy's warm-up reply
+        self.http: Optional[aiohttp.ClientSession] = None
         self._tasks: set[asyncio.Task] = set()
 
     @property
     def active(self) -> int:
         return len(self.by_key)
 
+    @property
+    def warm_agents(self) -> int:
+        """Free slots whose OpenCode server is started and warmed up."""
+        return sum(1 for p in self.prepared.values() if p.ready is not None and p.ready.done()
+                   and not p.ready.cancelled() and p.ready.result())
+
+    def start(self, http: aiohttp.ClientSession) -> None:
+        """Begin serving: agents are driven over ``http``; free slots start warming up."""
+        self.http = http
+        if self.settings.agent_prewarm:
+            for slot in self.free_slots:
+                self._prepare(slot, Limits())
+
+    def _background(self, coroutine, name: str) -> asyncio.Task:
+        task = asyncio.create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _agent(self, sandbox: Sandbox, slot: int) -> AgentServer:
+        return AgentServer(sandbox, self.settings.agent_port_base + slot, self.http, self.settings.opencode_bin)
+
+    async def _start_agent(self, agent: AgentServer, key: str, limits: Limits) -> None:
+        """Write the agent's config (proxy URL, key, output limit) and start its server."""
+        proxy_url = f"http://127.0.0.1:{self.settings.port}/v1"
+        env = opencode.prepare(agent.sandbox, proxy_url, key, limits.max_tokens_per_turn, agent.password)
+        with open(agent.sandbox.log_path, "ab") as agent_log:
+            await agent.start(env, agent_log)
+
+    def _prepare(self, slot: int, limits: Limits, after: Optional[asyncio.Task] = None) -> None:
+        rollout_id, key = new_identity()
+        sandbox = Sandbox(self.settings.sandbox_root, rollout_id, self.settings.sandbox_uid_base + slot, limits)
+        prepared = Prepared(rollout_id, key, limits, sandbox, self._agent(sandbox, slot))
+        prepared.ready = self._background(self._warm(prepared, after), f"warm-slot-{slot}")
+        self.prepared[slot] = prepared
+
+    async def _warm(self, prepared: Prepared, after: Optional[asyncio.Task]) -> bool:
+        if after is not None:
+            await asyncio.wait({after})  # the slot's previous rollout has cleaned up its processes
+        self.warming[prepared.key] = prepared
+        began = time.monotonic()
+        try:
+            await asyncio.to_thread(prepared.sandbox.create)
+            await self._start_agent(prepared.agent, prepared.key, prepared.limits)
+            await prepared.agent.warm_up()
+            log.info("slot uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid, time.monotonic() - began)
+            return True
+        except (AgentFailed, OSError, asyncio.TimeoutError) as exc:
+            log.warning("slot uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
+                        prepared.sandbox.uid, exc)
+            prepared.sandbox.kill_all()
+            return False
+        finally:
+            self.warming.pop(prepared.key, None)
+
+    async def _discard(self, prepared: Prepared) -> None:
+        prepared.ready.cancel()
+        await asyncio.wait({prepared.ready})
+        await asyncio.to_thread(prepared.sandbox.destroy)
+        prepared.sandbox.log_path.unlink(missing_ok=True)
+
     def create(self, request: RolloutRequest, model: str) -> Rollout:
         """Take a slot and start the rollout in the background."""
         if not self.free_slots:
             raise CapacityError(f"All {self.settings.max_concurrent_rollouts} rollout slots are in use "
                                 f"(active {self.active}); close finished rollouts or raise MAX_CONCURRENT_ROLLOUTS")
-        rollout = Rollout(request, self.settings, self.free_slots.pop(0), model, self.store)
+        slot = self.free_slots.pop(0)
+        prepared = self.prepared.pop(slot, None)
+        identity = (prepared.rollout_id, prepared.key) if prepared else None
+        rollout = Rollout(request, self.settings, slot, model, self.store, identity)
         self.rollouts[rollout.id] = rollout
         self.by_key[rollout.key] = rollout
-        task = rollout.runner = asyncio.create_task(self._run(rollout), name=f"rollout-{rollout.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        rollout.runner = self._background(self._run(rollout, prepared), f"rollout-{rollout.id}")
         return rollout
 
-    async def _run(self, rollout: Rollout) -> None:
+    async def _take_agent(self, rollout: Rollout, prepared: Optional[Prepared]) -> Optional[AgentServer]:
+        """The slot's warm agent if it suits the rollout; otherwise a fresh, empty sandbox and None."""
+        if prepared is not None:
+            if rollout.request.agent == "opencode" and prepared.limits == rollout.limits and await prepared.ready:
+                rollout.agent_prestarted = True
+                return prepared.agent
+            await self._discard(prepared)
+        await asyncio.to_thread(rollout.sandbox.create)
+        return None
+
+    async def _run(self, rollout: Rollout, prepared: Optional[Prepared]) -> None:
         sandbox, task = rollout.sandbox, rollout.task
         watchdog: Optional[asyncio.Task] = None
         try:
-            await asyncio.to_thread(sandbox.create, task.files)
+            agent = await self._take_agent(rollout, prepared)
+            await asyncio.to_thread(sandbox.add_files, task.files)
             rollout.status = RUNNING
             rollout.persist()
             # Memory and disk are watched for the whole rollout: setup commands and the agent alike.
             watchdog = asyncio.create_task(sandbox.watch())
             watchdog.add_done_callback(lambda w: w.cancelled() or rollout.stop(LIMIT_EXCEEDED, w.result()))
-            await asyncio.wait_for(self._setup_and_agent(rollout), timeout=rollout.limits.wall_s)
+            await asyncio.wait_for(self._setup_and_agent(rollout, agent), timeout=rollout.limits.wall_s)
         except asyncio.TimeoutError:
             rollout.stop(TIMED_OUT, f"wall-clock limit of {rollout.limits.wall_s:g}s")
         except Exception as exc:  # a bug or an OS error: never leave a rollout running
@@ -175,7 +281,7 @@ class RolloutManager:
                 watchdog.cancel()
             sandbox.kill_all()
 
-    async def _setup_and_agent(self, rollout: Rollout) -> None:
+    async def _setup_and_agent(self, rollout: Rollout, agent: Optional[AgentServer]) -> None:
         for command in rollout.task.setup:
             result = await rollout.sandbox.run(command, timeout_s=rollout.limits.wall_s)
             rollout.setup_results.append(result)
@@ -189,23 +295,30 @@ class RolloutManager:
         if rollout.request.agent == "external":
             await rollout.done.wait()
             return
-        sandbox = rollout.sandbox
-        proxy_url = f"http://127.0.0.1:{self.settings.port}/v1"
-        env = opencode.prepare(sandbox, proxy_url, rollout.key, rollout.limits.max_tokens_per_turn)
-        with open(rollout.agent_log_path, "wb") as agent_log:
-            rollout.agent = await sandbox.spawn(opencode.command(self.settings.opencode_bin, rollout.task.instruction),
-                                                env, agent_log, asyncio.subprocess.STDOUT)
-            exited = asyncio.create_task(rollout.agent.wait())
+        if agent is None:
+            agent = self._agent(rollout.sandbox, rollout.slot)
+            await self._start_agent(agent, rollout.key, rollout.limits)
+        rollout.agent = agent
+        with open(rollout.agent_log_path, "ab") as events:
+            session = asyncio.create_task(agent.run_session(rollout.task.instruction, events))
             ended = asyncio.create_task(rollout.done.wait())
-            await asyncio.wait({exited, ended}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({session, ended}, return_when=asyncio.FIRST_COMPLETED)
             ended.cancel()
-            if exited.done():
-                rollout.agent_exit_code = exited.result()
-                if sandbox.violation:
-                    rollout.stop(LIMIT_EXCEEDED, sandbox.violation)
-                rollout.stop(COMPLETED, f"agent exited with {rollout.agent_exit_code}")
-            else:  # stop() already killed the agent
-                rollout.agent_exit_code = await exited
+            if rollout.status in FINAL:  # a limit or the client ended it; stop() killed the agent
+                session.cancel()
+                with contextlib.suppress(asyncio.CancelledError, AgentFailed):
+                    await session
+                return
+            try:
+                rollout.agent_exit_code = session.result()
+            except AgentFailed:
+                if agent.alive:
+                    raise
+                # The agent's server died on its own (the agent may kill it): like a crashed CLI run.
+                rollout.agent_exit_code = agent.process.returncode
+            if rollout.sandbox.violation:
+                rollout.stop(LIMIT_EXCEEDED, rollout.sandbox.violation)
+            rollout.stop(COMPLETED, f"agent finished (exit code {rollout.agent_exit_code})")
 
     async def verify(self, rollout: Rollout) -> dict[str, Any]:
         """Run the held-out tests in the sandbox; reward = fraction passed (None without tests)."""
@@ -246,6 +359,8 @@ class RolloutManager:
         if self.by_key.pop(rollout.key, None) is not None:
             rollout.sandbox.destroy()
             rollout.agent_log_path.unlink(missing_ok=True)
+            if self.settings.agent_prewarm and self.http is not None:
+                self._prepare(rollout.slot, rollout.limits, after=rollout.runner)
             self.free_slots.append(rollout.slot)
         self.rollouts.pop(rollout.id, None)
 
@@ -254,6 +369,11 @@ class RolloutManager:
         return path.read_text(errors="replace")[-64_000:] if path.exists() else ""
 
     async def shutdown(self) -> None:
+        """Close every rollout and stop the prepared agents."""
+        self.http = None  # closing rollouts prepares nothing new
         for rollout in list(self.rollouts.values()):
             self.close(rollout)
+        for prepared in list(self.prepared.values()):
+            await self._discard(prepared)
+        self.prepared.clear()
 

@@ -67,10 +67,15 @@ def directory_bytes(path: Path) -> int:
 
 
 def apply_network_rules(uid_first: int, uid_last: int, proxy_port: int) -> None:
-    """Let the sandbox uids reach only 127.0.0.1:proxy_port (idempotent). Raises on failure."""
+    """Let the sandbox uids reach only 127.0.0.1:proxy_port (idempotent). Raises on failure.
+
+    They may also answer, on loopback, connections opened to them (the service driving each agent's
+    OpenCode server); a connection they open themselves to anything but the proxy is rejected.
+    """
     owner = ["-m", "owner", "--uid-owner", f"{uid_first}-{uid_last}"]
     rules = [
         ("iptables", [*owner, "-o", "lo", "-d", "127.0.0.1", "-p", "tcp", "--dport", str(proxy_port), "-j", "ACCEPT"]),
+        ("iptables", [*owner, "-o", "lo", "-p", "tcp", "-m", "conntrack", "--ctstate", "ESTABLISHED", "-j", "ACCEPT"]),
         ("iptables", [*owner, "-j", "REJECT"]),
         ("ip6tables", [*owner, "-j", "REJECT"]),
     ]
@@ -92,21 +97,29 @@ class Sandbox:
         self.limits = limits
         self.violation: Optional[str] = None
 
-    def create(self, files: dict[str, str]) -> None:
-        """Make the 0700 sandbox directory owned by the uid and place the task's files."""
+    def create(self) -> None:
+        """Make the empty 0700 sandbox (work dir and HOME) owned by the uid, killing what the uid still runs."""
         self.kill_all()  # a previous holder of this uid must be gone
         shutil.rmtree(self.dir, ignore_errors=True)
         for path in (self.dir, self.home, self.work):
             path.mkdir(parents=True, exist_ok=True)
+            os.chown(path, self.uid, self.uid)
+        self.dir.chmod(0o700)
+
+    def add_files(self, files: dict[str, str]) -> None:
+        """Place the task's files in the work dir, owned by the uid."""
         for name, text in files.items():
             target = self.work / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        for root, dirs, names in os.walk(self.dir):
+        for root, dirs, names in os.walk(self.work):
             for name in [*dirs, *names]:
                 os.lchown(os.path.join(root, name), self.uid, self.uid)
-        os.chown(self.dir, self.uid, self.uid)
-        self.dir.chmod(0o700)
+
+    @property
+    def log_path(self) -> Path:
+        """The agent's output, beside (not inside) the sandbox so the agent cannot rewrite it."""
+        return self.dir.parent / f"{self.dir.name}.agent.log"
 
     def env(self, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
         """A clean environment rooted in the sandbox's HOME."""

@@ -19,11 +19,15 @@ class Settings:
     network_isolation: bool = True
     upstream_timeout_s: float = 600.0
     opencode_bin: str = "opencode"
+    agent_prewarm: bool = True
+    agent_port_base: int = 41000
 
     @classmethod
     def from_env(cls) -> "Settings":
         """PORT, INFERENCE_URL, INFERENCE_MODEL, MAX_CONCURRENT_ROLLOUTS, SANDBOX_ROOT, TRACES_DIR,
-        SANDBOX_UID_BASE, SANDBOX_NETWORK_ISOLATION (on/off), UPSTREAM_TIMEOUT_S, OPENCODE_BIN."""
+        SANDBOX_UID_BASE, SANDBOX_NETWORK_ISOLATION (on/off), UPSTREAM_TIMEOUT_S, OPENCODE_BIN, AGENT_PREWARM (on/off:
+        keep a started, warmed-up OpenCode server ready in each free slot), AGENT_PORT_BASE (slot i's server
+        listens on 127.0.0.1:AGENT_PORT_BASE+i)."""
         env = os.environ
         return cls(
             port=int(env.get("PORT", cls.port)),
@@ -33,7 +37,13 @@ class Settings:
             sandbox_root=Path(env.get("SANDBOX_ROOT", str(cls.sandbox_root))),
             traces_dir=Path(env.get("TRACES_DIR", str(cls.traces_dir))),
             sandbox_uid_base=int(env.get("SANDBOX_UID_BASE", cls.sandbox_uid_base)),
-            network_isolation=env.get("SANDBOX_NETWORK_ISOLATION", "on").lower() not in ("off", "0", "false"),
+            network_isolation=_switch(env.get("SANDBOX_NETWORK_ISOLATION", "on")),
             upstream_timeout_s=float(env.get("UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s)),
             opencode_bin=env.get("OPENCODE_BIN", cls.opencode_bin),
+            agent_prewarm=_switch(env.get("AGENT_PREWARM", "on")),
+            agent_port_base=int(env.get("AGENT_PORT_BASE", cls.agent_port_base)),
         )
+
+
+def _switch(value: str) -> bool:
+    return value.lower() not in ("off", "0", "false", "no")
