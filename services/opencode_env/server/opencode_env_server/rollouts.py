@@ -79,6 +79,7 @@ class Rollout:
         self.first_call_at: Optional[float] = None
         self.finished_at: Optional[float] = None
         self.done = asyncio.Event()
+        self.started = asyncio.Event()  # its first model call came, or it ended without one
         self.agent: Optional[AgentServer] = None
         self.agent_prestarted = False  # served by the slot's warm OpenCode server, started before this rollout
         self.runner: Optional[asyncio.Task] = None  # ends once the rollout's processes are cleaned up
@@ -95,6 +96,7 @@ class Rollout:
             raise LimitReached(f"rollout {self.id} is {self.status}")
         if self.first_call_at is None:
             self.first_call_at = time.time()
+            self.started.set()
         if self._turns_started >= self.limits.max_turns:
             self.stop(STOPPED, f"turn limit: {self.limits.max_turns} model calls")
             raise LimitReached(f"turn limit of {self.limits.max_turns} model calls reached")
@@ -124,6 +126,7 @@ class Rollout:
             self.status, self.detail, self.finished_at = status, detail, time.time()
             self.sandbox.kill_all()
             self.done.set()
+            self.started.set()
             self.persist()
 
     def summary(self) -> dict[str, Any]:
@@ -210,9 +213,23 @@ class RolloutManager:
         prepared.ready = self._background(self._warm(prepared, after), f"warm-slot-{slot}")
         self.prepared[slot] = prepared
 
+    async def _starts_done(self, timeout_s: float = 15.0) -> None:
+        """Wait until every live rollout has made its first model call (at most ``timeout_s``).
+
+        Starting an OpenCode server takes both cores here for seconds; done while another rollout
+        is starting, it would delay that rollout's first call, the latency the warm servers exist to cut.
+        """
+        deadline = time.monotonic() + timeout_s
+        while (waiting := {asyncio.ensure_future(r.started.wait()) for r in self.rollouts.values()
+                           if not r.started.is_set()}) and time.monotonic() < deadline:
+            await asyncio.wait(waiting, timeout=deadline - time.monotonic())
+            for future in waiting:
+                future.cancel()
+
     async def _warm(self, prepared: Prepared, after: Optional[asyncio.Task]) -> bool:
         if after is not None:
             await asyncio.wait({after})  # the slot's previous rollout has cleaned up its processes
+        await self._starts_done()
         self.warming[prepared.key] = prepared
         began = time.monotonic()
         try:

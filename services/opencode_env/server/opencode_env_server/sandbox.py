@@ -5,8 +5,9 @@ directory only that uid can enter, in its own session/process group, with rlimit
 (RLIMIT_NPROC counts every process and thread of the uid), CPU seconds per process, file size and
 core dumps. A watchdog polls the uid's resident memory and the work dir's size and kills the whole
 uid when either passes its limit. iptables owner rules (set once at start-up) let the uid range reach
-only the proxy port on loopback. Killing means SIGKILL to every process of the uid, so nothing the
-agent started survives, whatever session it moved to.
+only the proxy port on loopback (and answer connections the service opens to them there). Killing
+means SIGKILL to every process of the uid, so nothing the agent started survives, whatever session
+it moved to.
 """
 
 import asyncio
