@@ -82,3 +82,62 @@ def test_rollout_request_rejects_unknown_fields_and_bad_limits() -> None:
         RolloutRequest.model_validate({"task": {"instruction": "x"}, "agnt": "opencode"})
     with pytest.raises(ValidationError):
         RolloutRequest.model_validate({"task": {"instruction": "x", "limits": {"max_turns": 0}}})
+
+
+async def _collect(coroutine_factory) -> list[dict]:
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await coroutine_factory(send)
+    return sent
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_warm_up_reply_is_a_complete_chat_completion(stream: bool) -> None:
+    import asyncio
+
+    from opencode_env_server.proxy import WARM_UP_TEXT, send_warm_up_reply
+
+    sent = asyncio.run(_collect(lambda send: send_warm_up_reply(send, stream)))
+    start, body = sent
+    assert start["status"] == 200 and body["body"]
+    headers = dict(start["headers"])
+    assert int(headers[b"content-length"]) == len(body["body"])
+    if stream:
+        assert headers[b"content-type"] == b"text/event-stream" and body["body"].endswith(b"data: [DONE]\n\n")
+        acc = StreamAccumulator()
+        acc.feed(body["body"])
+        assert acc.response()["choices"][0] == {"index": 0, "finish_reason": "stop",
+                                                 "message": {"role": "assistant", "content": WARM_UP_TEXT}}
+    else:
+        reply = orjson.loads(body["body"])
+        assert reply["choices"][0]["message"]["content"] == WARM_UP_TEXT
+        assert reply["choices"][0]["finish_reason"] == "stop"
+
+
+def test_agent_event_stream_is_parsed_across_chunk_boundaries() -> None:
+    import asyncio
+
+    from opencode_env_server.agent_server import _events
+
+    events = [{"type": "server.connected", "properties": {}},
+              {"type": "message.updated", "properties": {"sessionID": "s", "text": "x" * 300_000}},
+              {"type": "session.idle", "properties": {"sessionID": "s"}}]
+    wire = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+
+    class Content:
+        async def iter_any(self):
+            for i in range(0, len(wire), 7_000):  # chunks that split lines, lines longer than any chunk
+                yield wire[i:i + 7_000]
+
+    class Response:
+        content = Content()
+
+    async def read() -> list:
+        return [item async for item in _events(Response())]
+
+    parsed = asyncio.run(read())
+    assert [event for event, _ in parsed] == events
+    assert [orjson.loads(raw) for _, raw in parsed] == events
