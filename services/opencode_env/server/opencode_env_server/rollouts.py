@@ -82,6 +82,7 @@ class Rollout:
         self.started = asyncio.Event()  # its first model call came, or it ended without one
         self.agent: Optional[AgentServer] = None
         self.agent_prestarted = False  # served by the slot's warm OpenCode server, started before this rollout
+        self.waiting_for_agent = False  # waiting for the slot's server to finish warming up
         self.runner: Optional[asyncio.Task] = None  # ends once the rollout's processes are cleaned up
         self._store = store
 
@@ -214,17 +215,16 @@ class RolloutManager:
         self.prepared[slot] = prepared
 
     async def _starts_done(self, timeout_s: float = 15.0) -> None:
-        """Wait until every live rollout has made its first model call (at most ``timeout_s``).
+        """Wait until every live rollout has made its first model call (at most ``timeout_s``);
+        rollouts that are themselves waiting for a slot's warm-up do not count.
 
         Starting an OpenCode server takes both cores here for seconds; done while another rollout
         is starting, it would delay that rollout's first call, the latency the warm servers exist to cut.
         """
         deadline = time.monotonic() + timeout_s
-        while (waiting := {asyncio.ensure_future(r.started.wait()) for r in self.rollouts.values()
-                           if not r.started.is_set()}) and time.monotonic() < deadline:
-            await asyncio.wait(waiting, timeout=deadline - time.monotonic())
-            for future in waiting:
-                future.cancel()
+        while time.monotonic() < deadline and any(not r.started.is_set() and not r.waiting_for_agent
+                                                  for r in self.rollouts.values()):
+            await asyncio.sleep(0.1)
 
     async def _warm(self, prepared: Prepared, after: Optional[asyncio.Task]) -> bool:
         if after is not None:
@@ -269,9 +269,15 @@ class RolloutManager:
     async def _take_agent(self, rollout: Rollout, prepared: Optional[Prepared]) -> Optional[AgentServer]:
         """The slot's warm agent if it suits the rollout; otherwise a fresh, empty sandbox and None."""
         if prepared is not None:
-            if rollout.request.agent == "opencode" and prepared.limits == rollout.limits and await prepared.ready:
-                rollout.agent_prestarted = True
-                return prepared.agent
+            if rollout.request.agent == "opencode" and prepared.limits == rollout.limits:
+                rollout.waiting_for_agent = True
+                try:
+                    warm = await prepared.ready
+                finally:
+                    rollout.waiting_for_agent = False
+                if warm:
+                    rollout.agent_prestarted = True
+                    return prepared.agent
             await self._discard(prepared)
         await asyncio.to_thread(rollout.sandbox.create)
         return None
