@@ -6,7 +6,8 @@ rollout to its first model call, with the OpenCode servers pre-started and warme
 slots (AGENT_PREWARM=on, the default) and without (each rollout starts its server). The default
 model is random, so each rollout is one OpenCode turn: the ~7.6k-token first prompt, up to
 --max-tokens of output, then OpenCode stops. A first round of one rollout per slot (not counted)
-warms the engine and leaves each slot prepared with the benchmark's limits.
+warms the engine and has every sandbox seat prepared with the benchmark's limits; each run starts
+once every seat's server is warm again.
 
     python bench/opencode_rollouts.py [--concurrency 1 4] [--rollouts-per-slot 2] [--agent-prewarm on off]
 """
@@ -36,6 +37,15 @@ def one_rollout(url: str, max_tokens: int) -> tuple[float, float, bool]:
     if status["first_call_at"] is None:
         raise RuntimeError(f"rollout made no model call: {status}")
     return status["first_call_at"] - status["created_at"], time.monotonic() - began, status["agent_prestarted"]
+
+
+def wait_warm(url: str, timeout_s: float = 180) -> None:
+    """Until every sandbox seat holds a warmed-up OpenCode server."""
+    deadline = time.monotonic() + timeout_s
+    while (health := httpx.get(f"{url}/health", timeout=10).json())["warm_agents"] < health["seats"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"seats not warm after {timeout_s}s: {health}")
+        time.sleep(0.5)
 
 
 def main() -> None:
@@ -74,8 +84,9 @@ def main() -> None:
             subprocess.run(["docker", "exec", env, "python3", "-c", wait_inference], check=True)
             with concurrent.futures.ThreadPoolExecutor(slots) as pool:  # warm-up round, one rollout per slot
                 list(pool.map(lambda _: one_rollout(url, args.max_tokens), range(slots)))
-            time.sleep(15)  # the slots' next servers warm up
             for concurrency in args.concurrency:
+                if prewarm == "on":
+                    wait_warm(url)
                 n = concurrency * args.rollouts_per_slot
                 began = time.monotonic()
                 with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
@@ -84,7 +95,6 @@ def main() -> None:
                 firsts = [r[0] for r in results]
                 print(f"{prewarm:>8}{concurrency:>12}{n:>10}{n / elapsed * 60:>14.1f}{statistics.median(firsts):>18.2f}"
                       f"{max(firsts):>18.2f}{sum(r[2] for r in results):>10}/{n:<2}")
-                time.sleep(15)
             subprocess.run(["docker", "rm", "-f", env], capture_output=True)
     finally:
         for cid in containers:

@@ -74,18 +74,22 @@ def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_toke
         httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
 
-def test_a_prestarted_warm_agent_serves_the_slots_next_rollout(opencode_image, scripted_inference, network) -> None:
+def test_a_prestarted_warm_agent_serves_the_next_rollout_with_its_limits(opencode_image, scripted_inference, network) -> None:
+    # One rollout slot and (default AGENT_SPARES=1) two sandbox seats, both warmed with the default limits.
     container = start_opencode_env(opencode_image, network, 1)
     try:
         url, limits = container.url, {"max_turns": 2, "wall_s": 240}
-        # The slot's first server was warmed with the default limits; these differ, so this one starts afresh...
+        wait_healthy(f"{url}/health", timeout_s=120, until=lambda health: health["warm_agents"] == 2)
+        # No seat was prepared with these limits, so this rollout starts its server afresh...
         first = create(url, task(limits=limits))
+        busy = httpx.post(f"{url}/rollouts", json={"task": task()})
+        assert busy.status_code == 503  # the spare seat is no extra capacity
         assert wait(url, first["rollout_id"])["agent_prestarted"] is False
         httpx.delete(f"{url}/rollouts/{first['rollout_id']}")
-        # ...and closing it prepares the slot's next server with its limits.
-        wait_healthy(f"{url}/health", timeout_s=120, until=lambda health: health["warm_agents"] == 1)
+        # ...and closing it prepares its seat's next server with its limits.
+        wait_healthy(f"{url}/health", timeout_s=120, until=lambda health: health["warm_agents"] == 2)
         rollout = create(url, task(limits=limits))
-        assert httpx.get(f"{url}/health").json()["warm_agents"] == 0
+        assert httpx.get(f"{url}/health").json()["warm_agents"] == 1  # the other seat's server stays ready
         status = wait(url, rollout["rollout_id"])
         assert status["agent_prestarted"] is True and status["status"] == "stopped", status
         files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files").json()
@@ -171,9 +175,9 @@ PORT_PROBE = ("import socket,sys\n"
 
 
 def test_network_reaches_only_the_proxy(opencode_env) -> None:
-    # Each free slot runs its next OpenCode server on 127.0.0.1:41000+slot (see AGENT_PORT_BASE).
+    # Each free seat (3 slots + 1 spare) runs its next OpenCode server on 127.0.0.1:41000+seat.
     wait_healthy(f"{opencode_env.url}/health", timeout_s=120, until=lambda health: health["warm_agents"] >= 1)
-    agent_ports = [41000, 41001, 41002]
+    agent_ports = [41000, 41001, 41002, 41003]
     as_root = in_container(opencode_env, "python3", "-c", PORT_PROBE + f"print([ok('127.0.0.1',p) for p in {agent_ports}])")
     assert "True" in as_root.stdout, as_root  # the service reaches the warm servers...
     probe = PORT_PROBE + ("print(ok('127.0.0.1',8000), ok('inference',8000), ok('172.17.0.1',80), ok('1.1.1.1',443),"

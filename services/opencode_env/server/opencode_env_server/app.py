@@ -38,7 +38,7 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.network_isolation:
             first = settings.sandbox_uid_base
-            apply_network_rules(first, first + settings.max_concurrent_rollouts - 1, settings.port)
+            apply_network_rules(first, first + manager.seats - 1, settings.port)
         else:
             log.warning("SANDBOX_NETWORK_ISOLATION=off: agents can reach any address")
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, keepalive_timeout=60)
@@ -47,8 +47,9 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
             app.state.proxy = Proxy(http)
             manager.start(http)
             log.info("opencode env ready: http://0.0.0.0:%d (API /rollouts, proxy /v1/chat/completions, /ws); "
-                     "inference %s; %d rollout slots (OpenCode pre-started: %s); network isolation %s", settings.port,
-                     settings.inference_url, settings.max_concurrent_rollouts, "yes" if settings.agent_prewarm else "no",
+                     "inference %s; %d rollout slots, %d sandbox seats (OpenCode pre-started: %s); network isolation %s",
+                     settings.port, settings.inference_url, settings.max_concurrent_rollouts, manager.seats,
+                     "yes" if settings.agent_prewarm else "no",
                      "on" if settings.network_isolation else "OFF")
             try:
                 yield
@@ -85,7 +86,8 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
     @app.get("/health")
     async def health() -> Response:
         return _json({"status": "healthy", "active_rollouts": manager.active,
-                      "max_rollouts": settings.max_concurrent_rollouts, "warm_agents": manager.warm_agents,
+                      "max_rollouts": settings.max_concurrent_rollouts, "seats": manager.seats,
+                      "warm_agents": manager.warm_agents,
                       "inference_url": settings.inference_url,
                       "network_isolation": settings.network_isolation})
 

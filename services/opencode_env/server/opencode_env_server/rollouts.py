@@ -34,8 +34,8 @@ def new_identity() -> tuple[str, str]:
 
 @dataclass
 class Prepared:
-    """A free slot's next rollout, made ready before it is asked for: its identity, sandbox and an
-    OpenCode server started (and warmed up) with the limits of the slot's previous rollout."""
+    """A free seat's next rollout, made ready before it is asked for: its identity, sandbox and an
+    OpenCode server started (and warmed up) with the limits of the seat's previous rollout."""
 
     rollout_id: str
     key: str
@@ -43,6 +43,10 @@ class Prepared:
     sandbox: Sandbox
     agent: AgentServer
     ready: Optional[asyncio.Task] = None  # True once warm; False if the start failed (never raises)
+
+    @property
+    def warm(self) -> bool:
+        return self.ready is not None and self.ready.done() and not self.ready.cancelled() and self.ready.result()
 
 
 class CapacityError(RuntimeError):
@@ -56,17 +60,17 @@ class LimitReached(RuntimeError):
 class Rollout:
     """One task being run by one agent, with its proxy key and recorded turns."""
 
-    def __init__(self, request: RolloutRequest, settings: Settings, slot: int, model: str, store: TraceStore,
+    def __init__(self, request: RolloutRequest, settings: Settings, seat: int, model: str, store: TraceStore,
                  identity: Optional[tuple[str, str]] = None) -> None:
         self.id, self.key = identity or new_identity()
         self.request = request
         self.task = request.task
         self.limits = request.task.limits
-        self.slot = slot
+        self.seat = seat
         self.upstream_url = (request.upstream_url or settings.inference_url).rstrip("/")
         self.model = model
         self.sampling = request.sampling
-        self.sandbox = Sandbox(settings.sandbox_root, self.id, settings.sandbox_uid_base + slot, self.limits)
+        self.sandbox = Sandbox(settings.sandbox_root, self.id, settings.sandbox_uid_base + seat, self.limits)
         self.status = PENDING
         self.detail: Optional[str] = None
         self.turns: list[Turn] = []
@@ -81,8 +85,8 @@ class Rollout:
         self.done = asyncio.Event()
         self.started = asyncio.Event()  # its first model call came, or it ended without one
         self.agent: Optional[AgentServer] = None
-        self.agent_prestarted = False  # served by the slot's warm OpenCode server, started before this rollout
-        self.waiting_for_agent = False  # waiting for the slot's server to finish warming up
+        self.agent_prestarted = False  # served by the seat's warm OpenCode server, started before this rollout
+        self.waiting_for_agent = False  # waiting for the seat's server to finish warming up
         self.runner: Optional[asyncio.Task] = None  # ends once the rollout's processes are cleaned up
         self._store = store
 
@@ -155,22 +159,28 @@ class Rollout:
 
 
 class RolloutManager:
-    """Owns the slots (one sandbox uid and agent port each), the live rollouts and their keys.
+    """Owns the sandbox seats (one uid and agent port each), the live rollouts and their keys.
 
-    With ``agent_prewarm`` each free slot holds a ``Prepared`` rollout whose OpenCode server is
-    already started and warmed up, so creating a rollout only places its files and sends the prompt.
-    A rollout whose limits differ from the prepared ones (they are fixed when a process starts) or
-    that brings its own agent gets a fresh sandbox instead.
+    At most ``max_concurrent_rollouts`` rollouts hold a seat at once. With ``agent_prewarm`` there
+    are ``agent_spares`` more seats, and each free seat holds a ``Prepared`` rollout whose OpenCode
+    server is already started and warmed up, so creating a rollout only places its files and sends
+    the prompt; the spares keep warm servers ready while the seats just given back warm up again.
+    Servers are prepared with the limits of the latest OpenCode rollout (rlimits are fixed when a
+    process starts): a rollout with new limits re-prepares the free seats. A rollout takes a free seat
+    prepared with its limits, warm ones first; with none, or with its own agent, it gets a fresh
+    sandbox instead.
     """
 
     def __init__(self, settings: Settings, store: TraceStore) -> None:
         self.settings = settings
         self.store = store
-        self.free_slots = list(range(settings.max_concurrent_rollouts))
+        self.seats = settings.max_concurrent_rollouts + (settings.agent_spares if settings.agent_prewarm else 0)
+        self.free_seats = list(range(self.seats))
         self.rollouts: dict[str, Rollout] = {}
         self.by_key: dict[str, Rollout] = {}
-        self.prepared: dict[int, Prepared] = {}
+        self.prepared: dict[int, Prepared] = {}  # by seat
         self.warming: dict[str, Prepared] = {}  # keys whose model calls get the proxy's warm-up reply
+        self.latest_limits = Limits()  # what free seats are prepared with
         self.http: Optional[aiohttp.ClientSession] = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -180,16 +190,15 @@ class RolloutManager:
 
     @property
     def warm_agents(self) -> int:
-        """Free slots whose OpenCode server is started and warmed up."""
-        return sum(1 for p in self.prepared.values() if p.ready is not None and p.ready.done()
-                   and not p.ready.cancelled() and p.ready.result())
+        """Free seats whose OpenCode server is started and warmed up."""
+        return sum(1 for p in self.prepared.values() if p.warm)
 
     def start(self, http: aiohttp.ClientSession) -> None:
-        """Begin serving: agents are driven over ``http``; free slots start warming up."""
+        """Begin serving: agents are driven over ``http``; free seats start warming up."""
         self.http = http
         if self.settings.agent_prewarm:
-            for slot in self.free_slots:
-                self._prepare(slot, Limits())
+            for seat in self.free_seats:
+                self._prepare(seat, self.latest_limits)
 
     def _background(self, coroutine, name: str) -> asyncio.Task:
         task = asyncio.create_task(coroutine, name=name)
@@ -197,8 +206,8 @@ class RolloutManager:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _agent(self, sandbox: Sandbox, slot: int) -> AgentServer:
-        return AgentServer(sandbox, self.settings.agent_port_base + slot, self.http, self.settings.opencode_bin)
+    def _agent(self, sandbox: Sandbox, seat: int) -> AgentServer:
+        return AgentServer(sandbox, self.settings.agent_port_base + seat, self.http, self.settings.opencode_bin)
 
     async def _start_agent(self, agent: AgentServer, key: str, limits: Limits) -> None:
         """Write the agent's config (proxy URL, key, output limit) and start its server."""
@@ -207,16 +216,16 @@ class RolloutManager:
         with open(agent.sandbox.log_path, "ab") as agent_log:
             await agent.start(env, agent_log)
 
-    def _prepare(self, slot: int, limits: Limits, after: Optional[asyncio.Task] = None) -> None:
+    def _prepare(self, seat: int, limits: Limits, after: Optional[asyncio.Task] = None) -> None:
         rollout_id, key = new_identity()
-        sandbox = Sandbox(self.settings.sandbox_root, rollout_id, self.settings.sandbox_uid_base + slot, limits)
-        prepared = Prepared(rollout_id, key, limits, sandbox, self._agent(sandbox, slot))
-        prepared.ready = self._background(self._warm(prepared, after), f"warm-slot-{slot}")
-        self.prepared[slot] = prepared
+        sandbox = Sandbox(self.settings.sandbox_root, rollout_id, self.settings.sandbox_uid_base + seat, limits)
+        prepared = Prepared(rollout_id, key, limits, sandbox, self._agent(sandbox, seat))
+        prepared.ready = self._background(self._warm(prepared, after), f"warm-seat-{seat}")
+        self.prepared[seat] = prepared
 
     async def _starts_done(self, timeout_s: float = 15.0) -> None:
         """Wait until every live rollout has made its first model call (at most ``timeout_s``);
-        rollouts that are themselves waiting for a slot's warm-up do not count.
+        rollouts that are themselves waiting for a seat's warm-up do not count.
 
         Starting an OpenCode server takes both cores here for seconds; done while another rollout
         is starting, it would delay that rollout's first call, the latency the warm servers exist to cut.
@@ -228,7 +237,7 @@ class RolloutManager:
 
     async def _warm(self, prepared: Prepared, after: Optional[asyncio.Task]) -> bool:
         if after is not None:
-            await asyncio.wait({after})  # the slot's previous rollout has cleaned up its processes
+            await asyncio.wait({after})  # the seat's previous rollout has cleaned up its processes
         await self._starts_done()
         self.warming[prepared.key] = prepared
         began = time.monotonic()
@@ -236,10 +245,10 @@ class RolloutManager:
             await asyncio.to_thread(prepared.sandbox.create)
             await self._start_agent(prepared.agent, prepared.key, prepared.limits)
             await prepared.agent.warm_up()
-            log.info("slot uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid, time.monotonic() - began)
+            log.info("seat uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid, time.monotonic() - began)
             return True
         except (AgentFailed, OSError, asyncio.TimeoutError) as exc:
-            log.warning("slot uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
+            log.warning("seat uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
                         prepared.sandbox.uid, exc)
             prepared.sandbox.kill_all()
             return False
@@ -252,22 +261,44 @@ class RolloutManager:
         await asyncio.to_thread(prepared.sandbox.destroy)
         prepared.sandbox.log_path.unlink(missing_ok=True)
 
+    def _seat_for(self, request: RolloutRequest) -> int:
+        """The free seat to use: for OpenCode one prepared with the request's limits, warm ones first;
+        for an external agent one whose prepared server is least useful."""
+        def usefulness(seat: int) -> int:
+            prepared = self.prepared.get(seat)
+            if prepared is None or prepared.limits != request.task.limits:
+                return 0
+            return 2 if prepared.warm else 1
+        choose = max if request.agent == "opencode" else min
+        return choose(self.free_seats, key=usefulness)
+
+    def _retarget(self, limits: Limits) -> None:
+        """Prepare the free seats with ``limits`` from now on, re-preparing those that have others."""
+        self.latest_limits = limits
+        for seat in self.free_seats:
+            stale = self.prepared.get(seat)
+            if stale is not None and stale.limits != limits:
+                self._prepare(seat, limits, after=self._background(self._discard(stale), f"discard-seat-{seat}"))
+
     def create(self, request: RolloutRequest, model: str) -> Rollout:
-        """Take a slot and start the rollout in the background."""
-        if not self.free_slots:
+        """Take a seat and start the rollout in the background."""
+        if self.active >= self.settings.max_concurrent_rollouts:
             raise CapacityError(f"All {self.settings.max_concurrent_rollouts} rollout slots are in use "
                                 f"(active {self.active}); close finished rollouts or raise MAX_CONCURRENT_ROLLOUTS")
-        slot = self.free_slots.pop(0)
-        prepared = self.prepared.pop(slot, None)
+        seat = self._seat_for(request)
+        self.free_seats.remove(seat)
+        prepared = self.prepared.pop(seat, None)
+        if request.agent == "opencode" and request.task.limits != self.latest_limits:
+            self._retarget(request.task.limits)
         identity = (prepared.rollout_id, prepared.key) if prepared else None
-        rollout = Rollout(request, self.settings, slot, model, self.store, identity)
+        rollout = Rollout(request, self.settings, seat, model, self.store, identity)
         self.rollouts[rollout.id] = rollout
         self.by_key[rollout.key] = rollout
         rollout.runner = self._background(self._run(rollout, prepared), f"rollout-{rollout.id}")
         return rollout
 
     async def _take_agent(self, rollout: Rollout, prepared: Optional[Prepared]) -> Optional[AgentServer]:
-        """The slot's warm agent if it suits the rollout; otherwise a fresh, empty sandbox and None."""
+        """The seat's warm agent if it suits the rollout; otherwise a fresh, empty sandbox and None."""
         if prepared is not None:
             if rollout.request.agent == "opencode" and prepared.limits == rollout.limits:
                 rollout.waiting_for_agent = True
@@ -319,7 +350,7 @@ class RolloutManager:
             await rollout.done.wait()
             return
         if agent is None:
-            agent = self._agent(rollout.sandbox, rollout.slot)
+            agent = self._agent(rollout.sandbox, rollout.seat)
             await self._start_agent(agent, rollout.key, rollout.limits)
         rollout.agent = agent
         with open(rollout.agent_log_path, "ab") as events:
@@ -377,14 +408,14 @@ class RolloutManager:
         return rollout.verification
 
     def close(self, rollout: Rollout) -> None:
-        """Stop the rollout if needed, delete its sandbox and free its slot (the trace stays on disk)."""
+        """Stop the rollout if needed, delete its sandbox and free its seat (the trace stays on disk)."""
         rollout.stop(STOPPED, "closed by the client")
         if self.by_key.pop(rollout.key, None) is not None:
             rollout.sandbox.destroy()
             rollout.agent_log_path.unlink(missing_ok=True)
             if self.settings.agent_prewarm and self.http is not None:
-                self._prepare(rollout.slot, rollout.limits, after=rollout.runner)
-            self.free_slots.append(rollout.slot)
+                self._prepare(rollout.seat, self.latest_limits, after=rollout.runner)
+            self.free_seats.append(rollout.seat)
         self.rollouts.pop(rollout.id, None)
 
     def agent_log(self, rollout: Rollout) -> str:

@@ -20,14 +20,16 @@ class Settings:
     upstream_timeout_s: float = 600.0
     opencode_bin: str = "opencode"
     agent_prewarm: bool = True
+    agent_spares: int = 1
     agent_port_base: int = 41000
 
     @classmethod
     def from_env(cls) -> "Settings":
         """PORT, INFERENCE_URL, INFERENCE_MODEL, MAX_CONCURRENT_ROLLOUTS, SANDBOX_ROOT, TRACES_DIR,
         SANDBOX_UID_BASE, SANDBOX_NETWORK_ISOLATION (on/off), UPSTREAM_TIMEOUT_S, OPENCODE_BIN, AGENT_PREWARM (on/off:
-        keep a started, warmed-up OpenCode server ready in each free slot), AGENT_PORT_BASE (slot i's server
-        listens on 127.0.0.1:AGENT_PORT_BASE+i)."""
+        keep a started, warmed-up OpenCode server ready in each free sandbox seat), AGENT_SPARES (seats beyond
+        MAX_CONCURRENT_ROLLOUTS, so warm servers are ready while given-back seats warm up again),
+        AGENT_PORT_BASE (seat i's server listens on 127.0.0.1:AGENT_PORT_BASE+i)."""
         env = os.environ
         return cls(
             port=int(env.get("PORT", cls.port)),
@@ -41,6 +43,7 @@ class Settings:
             upstream_timeout_s=float(env.get("UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s)),
             opencode_bin=env.get("OPENCODE_BIN", cls.opencode_bin),
             agent_prewarm=_switch(env.get("AGENT_PREWARM", "on")),
+            agent_spares=int(env.get("AGENT_SPARES", cls.agent_spares)),
             agent_port_base=int(env.get("AGENT_PORT_BASE", cls.agent_port_base)),
         )
 
