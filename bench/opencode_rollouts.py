@@ -10,6 +10,7 @@ warms the engine and has every sandbox seat prepared with the benchmark's limits
 once every seat's server is warm again.
 
     python bench/opencode_rollouts.py [--concurrency 1 4] [--rollouts-per-slot 2] [--agent-prewarm on off]
+                                      [--agent-spares 1]
 """
 
 import argparse
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--rollouts-per-slot", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--agent-prewarm", nargs="+", choices=["on", "off"], default=["on", "off"])
+    parser.add_argument("--agent-spares", type=int, default=1, help="AGENT_SPARES of the service")
     args = parser.parse_args()
     name = uuid.uuid4().hex[:8]
     net, models = f"rlstack-bench-{name}", f"rlstack-bench-models-{name}"
@@ -70,13 +72,15 @@ def main() -> None:
         slots = max(args.concurrency)
         wait_inference = ("import time,urllib.request\nfor _ in range(900):\n try: urllib.request.urlopen("
                           "'http://inference:8000/health'); break\n except OSError: time.sleep(1)")
-        print(f"OpenCode rollouts with the default model ({args.max_tokens} output tokens per turn)")
+        print(f"OpenCode rollouts with the default model ({args.max_tokens} output tokens per turn, "
+              f"{slots} slots, {args.agent_spares} spare seats)")
         print(f"{'prewarm':>8}{'concurrency':>12}{'rollouts':>10}{'rollouts/min':>14}{'first call p50 s':>18}"
               f"{'first call max s':>18}{'pre-started':>13}")
         for prewarm in args.agent_prewarm:
             env = docker("run", "-d", "--network", net, "--cap-add", "NET_ADMIN", "-p", "127.0.0.1::8000",
                          "-e", "INFERENCE_URL=http://inference:8000", "-e", "INFERENCE_MODEL=default",
                          "-e", f"MAX_CONCURRENT_ROLLOUTS={slots}", "-e", f"AGENT_PREWARM={prewarm}",
+                         "-e", f"AGENT_SPARES={args.agent_spares}",
                          f"rlstack/opencode-env:{args.tag}")
             containers.append(env)
             url = "http://" + docker("port", env, "8000/tcp").splitlines()[0]

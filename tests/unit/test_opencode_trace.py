@@ -141,3 +141,44 @@ def test_agent_event_stream_is_parsed_across_chunk_boundaries() -> None:
     parsed = asyncio.run(read())
     assert [event for event, _ in parsed] == events
     assert [orjson.loads(raw) for _, raw in parsed] == events
+
+
+def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_path) -> None:
+    import asyncio
+
+    from opencode_env_server.rollouts import CapacityError, Prepared, RolloutManager
+    from opencode_env_server.sandbox import Sandbox
+    from opencode_env_server.settings import Settings
+    from opencode_env_server.tasks import Limits
+    from opencode_env_server.trace import TraceStore
+
+    async def scenario() -> None:
+        settings = Settings(max_concurrent_rollouts=1, agent_spares=3, sandbox_root=tmp_path / "sb")
+        manager = RolloutManager(settings, TraceStore(tmp_path / "traces"))
+        assert manager.seats == 4 and manager.free_seats == [0, 1, 2, 3]
+        wanted, other = Limits(max_turns=2), Limits()
+        never = asyncio.get_running_loop().create_future()
+
+        def prepared(seat: int, limits: Limits, warm: bool) -> Prepared:
+            # the warm-up task: done with True (warm), or still running
+            task = asyncio.ensure_future(asyncio.sleep(0, True) if warm else never)
+            sandbox = Sandbox(tmp_path / "sb", f"r{seat}", 20000 + seat, limits)
+            return Prepared(f"r{seat}", f"k{seat}", limits, sandbox, manager._agent(sandbox, seat), task)
+
+        manager.prepared = {0: prepared(0, other, True), 1: prepared(1, wanted, False),
+                            2: prepared(2, wanted, True), 3: prepared(3, other, False)}
+        await asyncio.sleep(0.01)
+        assert manager.warm_agents == 2
+        opencode = RolloutRequest(task=Task(instruction="x", limits=wanted))
+        external = RolloutRequest(task=Task(instruction="x", limits=wanted), agent="external")
+        assert manager._seat_for(opencode) == 2  # prepared with its limits and warm
+        manager.free_seats.remove(2)
+        assert manager._seat_for(opencode) == 1  # with its limits, still warming
+        assert manager._seat_for(external) == 0  # needs no server: the least useful seat
+        manager.by_key["busy"] = object()  # one rollout holds one of the single slot
+        with pytest.raises(CapacityError):
+            manager.create(opencode, "m")
+        for p in manager.prepared.values():
+            p.ready.cancel()
+
+    asyncio.run(scenario())

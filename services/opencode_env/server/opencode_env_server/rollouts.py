@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -181,6 +182,8 @@ class RolloutManager:
         self.prepared: dict[int, Prepared] = {}  # by seat
         self.warming: dict[str, Prepared] = {}  # keys whose model calls get the proxy's warm-up reply
         self.latest_limits = Limits()  # what free seats are prepared with
+        # A server start keeps about two cores busy for seconds: more at once only slows each down.
+        self._warm_gate = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
         self.http: Optional[aiohttp.ClientSession] = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -239,21 +242,23 @@ class RolloutManager:
         if after is not None:
             await asyncio.wait({after})  # the seat's previous rollout has cleaned up its processes
         await self._starts_done()
-        self.warming[prepared.key] = prepared
-        began = time.monotonic()
-        try:
-            await asyncio.to_thread(prepared.sandbox.create)
-            await self._start_agent(prepared.agent, prepared.key, prepared.limits)
-            await prepared.agent.warm_up()
-            log.info("seat uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid, time.monotonic() - began)
-            return True
-        except (AgentFailed, OSError, asyncio.TimeoutError) as exc:
-            log.warning("seat uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
-                        prepared.sandbox.uid, exc)
-            prepared.sandbox.kill_all()
-            return False
-        finally:
-            self.warming.pop(prepared.key, None)
+        async with self._warm_gate:
+            self.warming[prepared.key] = prepared
+            began = time.monotonic()
+            try:
+                await asyncio.to_thread(prepared.sandbox.create)
+                await self._start_agent(prepared.agent, prepared.key, prepared.limits)
+                await prepared.agent.warm_up()
+                log.info("seat uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid,
+                         time.monotonic() - began)
+                return True
+            except (AgentFailed, OSError, asyncio.TimeoutError) as exc:
+                log.warning("seat uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
+                            prepared.sandbox.uid, exc)
+                prepared.sandbox.kill_all()
+                return False
+            finally:
+                self.warming.pop(prepared.key, None)
 
     async def _discard(self, prepared: Prepared) -> None:
         prepared.ready.cancel()
