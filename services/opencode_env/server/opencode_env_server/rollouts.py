@@ -371,6 +371,8 @@ class RolloutManager:
             try:
                 rollout.agent_exit_code = session.result()
             except AgentFailed:
+                with contextlib.suppress(asyncio.TimeoutError):  # its stream closes before it is reaped
+                    await asyncio.wait_for(agent.process.wait(), timeout=2)
                 if agent.alive:
                     raise
                 # The agent's server died on its own (the agent may kill it): like a crashed CLI run.
