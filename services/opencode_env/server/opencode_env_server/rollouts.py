@@ -7,7 +7,6 @@ import os
 import secrets
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import aiohttp
@@ -85,7 +84,6 @@ class Rollout:
         self.finished_at: Optional[float] = None
         self.done = asyncio.Event()
         self.started = asyncio.Event()  # its first model call came, or it ended without one
-        self.agent: Optional[AgentServer] = None
         self.agent_prestarted = False  # served by the seat's warm OpenCode server, started before this rollout
         self.waiting_for_agent = False  # waiting for the seat's server to finish warming up
         self.runner: Optional[asyncio.Task] = None  # ends once the rollout's processes are cleaned up
@@ -148,11 +146,6 @@ class Rollout:
             "infra_failure": self.status == INFRA_FAILURE,
             "setup_results": [asdict(r) for r in self.setup_results], "limits": self.limits.model_dump(),
         }
-
-    @property
-    def agent_log_path(self) -> Path:
-        """OpenCode's output and its session's events."""
-        return self.sandbox.log_path
 
     def persist(self) -> None:
         self._store.write_summary(self.id, {**self.summary(), "verification": self.verification})
@@ -264,7 +257,6 @@ class RolloutManager:
         prepared.ready.cancel()
         await asyncio.wait({prepared.ready})
         await asyncio.to_thread(prepared.sandbox.destroy)
-        prepared.sandbox.log_path.unlink(missing_ok=True)
 
     def _seat_for(self, request: RolloutRequest) -> int:
         """The free seat to use: for OpenCode one prepared with the request's limits, warm ones first;
@@ -357,8 +349,7 @@ class RolloutManager:
         if agent is None:
             agent = self._agent(rollout.sandbox, rollout.seat)
             await self._start_agent(agent, rollout.key, rollout.limits)
-        rollout.agent = agent
-        with open(rollout.agent_log_path, "ab") as events:
+        with open(rollout.sandbox.log_path, "ab") as events:
             session = asyncio.create_task(agent.run_session(rollout.task.instruction, events))
             ended = asyncio.create_task(rollout.done.wait())
             await asyncio.wait({session, ended}, return_when=asyncio.FIRST_COMPLETED)
@@ -419,14 +410,13 @@ class RolloutManager:
         rollout.stop(STOPPED, "closed by the client")
         if self.by_key.pop(rollout.key, None) is not None:
             rollout.sandbox.destroy()
-            rollout.agent_log_path.unlink(missing_ok=True)
             if self.settings.agent_prewarm and self.http is not None:
                 self._prepare(rollout.seat, self.latest_limits, after=rollout.runner)
             self.free_seats.append(rollout.seat)
         self.rollouts.pop(rollout.id, None)
 
     def agent_log(self, rollout: Rollout) -> str:
-        path = rollout.agent_log_path
+        path = rollout.sandbox.log_path
         return path.read_text(errors="replace")[-64_000:] if path.exists() else ""
 
     async def shutdown(self) -> None:

@@ -215,9 +215,10 @@ class Sandbox:
         return files
 
     def destroy(self) -> None:
-        """Kill every process of the uid and remove the directory."""
+        """Kill every process of the uid and remove the directory and the agent's log."""
         self.kill_all()
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.log_path.unlink(missing_ok=True)
 
 
 async def _communicate(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
