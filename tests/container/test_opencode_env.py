@@ -152,10 +152,7 @@ def test_concurrent_rollouts_cannot_see_each_other(opencode_env) -> None:
     b = create(url, task(), agent="external")
     try:
         time.sleep(1)
-        uids = {}
-        for r in (a, b):
-            ls = in_container(opencode_env, "stat", "-c", "%u", f"/sandboxes/{r['rollout_id']}")
-            uids[r["rollout_id"]] = ls.stdout.strip()
+        uids = {r["rollout_id"]: sandbox_uid(opencode_env, r["rollout_id"]) for r in (a, b)}
         assert uids[a["rollout_id"]] != uids[b["rollout_id"]]
         peek = in_container(opencode_env, "setpriv", f"--reuid={uids[b['rollout_id']]}", f"--regid={uids[b['rollout_id']]}",
                             "--clear-groups", "cat", f"/sandboxes/{a['rollout_id']}/work/mine.txt")
