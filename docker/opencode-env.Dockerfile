@@ -1,7 +1,7 @@
 # OpenCode environment: the real OpenCode CLI (npm opencode-ai, pinned) run per rollout in a local
 # sandbox, behind the token-exact proxy. Build context: the repository root.
 # Runs as root: it creates one unprivileged uid per rollout slot and sets iptables owner rules, so
-# Compose gives it NET_ADMIN (see README, "Isolation model").
+# Compose gives it NET_ADMIN (see README, "Threat model").
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS opencode
@@ -27,7 +27,10 @@ COPY services/opencode_env/server /src/opencode-env-server
 RUN pip install --no-deps /src/opencode-env-server && python3 -c "import opencode_env_server.app" \
  && opencode --version
 ENV PYTHONUNBUFFERED=1 PORT=8000 SANDBOX_ROOT=/sandboxes TRACES_DIR=/data/traces
-RUN mkdir -p /sandboxes /data/traces && chmod 0711 /sandboxes
+# Sandboxes may write only inside their own directory: no shared dir is writable by other uids
+# (the service closes world-writable mounts such as /dev/shm again at start-up).
+RUN mkdir -p /sandboxes /data/traces && chmod 0711 /sandboxes && chmod 0700 /data/traces \
+ && find / -xdev -type d -perm -0002 -exec chmod o-w {} +
 EXPOSE 8000
 HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
   CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]

@@ -184,13 +184,16 @@ def env_url(start_env: Callable[..., str]) -> str:
     return start_env()
 
 
-def start_opencode_env(image: str, network: Network, slots: int, *aliases: str) -> DockerContainer:
-    """An OpenCode env container against ``http://inference:8000`` on ``network``, healthy; ``.url`` set."""
+def start_opencode_env(image: str, network: Network, slots: int, *aliases: str, **env: str) -> DockerContainer:
+    """An OpenCode env container against ``http://inference:8000`` on ``network`` (extra environment
+    ``env``), healthy; ``.url`` set."""
     container = (
         DockerContainer(image).with_exposed_ports(8000).with_network(network).with_network_aliases(*aliases)
         .with_env("INFERENCE_URL", "http://inference:8000").with_env("MAX_CONCURRENT_ROLLOUTS", str(slots))
         .with_kwargs(cap_add=["NET_ADMIN"])
     )
+    for name, value in env.items():
+        container = container.with_env(name, value)
     container.start()
     container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
     wait_healthy(f"{container.url}/health", timeout_s=60)
@@ -200,6 +203,7 @@ def start_opencode_env(image: str, network: Network, slots: int, *aliases: str) 
 @pytest.fixture(scope="session")
 def opencode_env(opencode_image: str, scripted_inference: DockerContainer, network: Network) -> Iterator[DockerContainer]:
     """The OpenCode env (3 slots) against the scripted inference server; ``http://opencode-env:8000`` on ``network``."""
-    container = start_opencode_env(opencode_image, network, 3, "opencode-env")
+    # A dead upstream a test may name (every other upstream_url is refused).
+    container = start_opencode_env(opencode_image, network, 3, "opencode-env", ALLOWED_UPSTREAMS="http://127.0.0.1:9")
     yield container
     container.stop()

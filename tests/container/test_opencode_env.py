@@ -115,7 +115,7 @@ def test_verification_scores_an_incorrect_solution_below_one(opencode_env) -> No
 
 
 def sandbox_uid(container: DockerContainer, rollout_id: str) -> str:
-    return in_container(container, "stat", "-c", "%u", f"/sandboxes/{rollout_id}").stdout.strip()
+    return in_container(container, "stat", "-c", "%u", f"/sandboxes/{rollout_id}/work").stdout.strip()
 
 
 def pids_of(container: DockerContainer, uid: str) -> set[str]:
@@ -171,16 +171,18 @@ PORT_PROBE = ("import socket,sys\n"
               "    except OSError: return False\n")
 
 
-def test_network_reaches_only_the_proxy(opencode_env) -> None:
-    # Each free seat (3 slots + 1 spare) runs its next OpenCode server on 127.0.0.1:41000+seat.
+def test_network_reaches_only_the_seats_own_proxy_port(opencode_env) -> None:
+    # Each free seat (3 slots + 1 spare) runs its next OpenCode server on 127.0.0.1:41000+seat and
+    # reaches the proxy on 127.0.0.1:42000+seat.
     wait_healthy(f"{opencode_env.url}/health", timeout_s=120, until=lambda health: health["warm_agents"] >= 1)
-    agent_ports = [41000, 41001, 41002, 41003]
+    agent_ports, proxy_ports = [41000, 41001, 41002, 41003], [42000, 42001, 42002, 42003]
     as_root = in_container(opencode_env, "python3", "-c", PORT_PROBE + f"print([ok('127.0.0.1',p) for p in {agent_ports}])")
     assert "True" in as_root.stdout, as_root  # the service reaches the warm servers...
     probe = PORT_PROBE + ("print(ok('127.0.0.1',8000), ok('inference',8000), ok('172.17.0.1',80), ok('1.1.1.1',443),"
-                          f" any(ok('127.0.0.1',p) for p in {agent_ports}))")
+                          f" any(ok('127.0.0.1',p) for p in {agent_ports}), [ok('127.0.0.1',p) for p in {proxy_ports}])")
     run = in_container(opencode_env, "setpriv", "--reuid=20001", "--regid=20001", "--clear-groups", "python3", "-c", probe)
-    assert run.stdout.split() == ["True", "False", "False", "False", "False"], run.stderr  # ...a sandbox none of them
+    # ...a sandbox none of them, nor the API: only its own seat's proxy port
+    assert run.stdout.strip().split(maxsplit=5) == ["False"] * 5 + ["[False, True, False, False]"], run.stderr
 
 
 @pytest.mark.parametrize(

@@ -163,7 +163,7 @@ def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_
             # the warm-up task: done with True (warm), or still running
             task = asyncio.ensure_future(asyncio.sleep(0, True) if warm else never)
             sandbox = Sandbox(tmp_path / "sb", f"r{seat}", 20000 + seat, limits)
-            return Prepared(f"r{seat}", f"k{seat}", limits, sandbox, manager._agent(sandbox, seat), task)
+            return Prepared(f"r{seat}", f"k{seat}", seat, limits, sandbox, manager._agent(sandbox, seat), task)
 
         manager.prepared = {0: prepared(0, other, True), 1: prepared(1, wanted, False),
                             2: prepared(2, wanted, True), 3: prepared(3, other, False)}

@@ -1,19 +1,48 @@
-"""``python -m opencode_env_server``: serve with uvicorn, configured from the environment."""
+"""``python -m opencode_env_server``: serve with uvicorn, configured from the environment.
+
+One server, several listening sockets: the API on ``0.0.0.0:PORT`` and one loopback proxy port
+per sandbox seat (``SANDBOX_PROXY_PORT_BASE + seat``), the only address that seat's uid may reach.
+"""
 
 import logging
+import socket
 
 import uvicorn
 
 from .app import create_app
+from .logs import RateLimit
 from .settings import Settings
+
+
+class Server(uvicorn.Server):
+    """Tells the rollout manager at the first shutdown signal, so in-flight waits answer clearly."""
+
+    def handle_exit(self, sig, frame) -> None:
+        self.config.app.state.manager.stopping.set()
+        super().handle_exit(sig, frame)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def main() -> None:
     """Run the service until interrupted."""
     settings = Settings.from_env()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host="0.0.0.0", port=settings.port, log_level="info", access_log=False,
-                ws="websockets-sansio", ws_per_message_deflate=False, timeout_graceful_shutdown=5)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RateLimit())
+    sockets = [listen("0.0.0.0", settings.port)]
+    sockets += [listen("127.0.0.1", settings.sandbox_proxy_port(seat)) for seat in range(settings.seats)]
+    config = uvicorn.Config(create_app(settings), log_level="info", access_log=False, ws="websockets-sansio",
+                            ws_per_message_deflate=False, timeout_graceful_shutdown=5)
+    Server(config).run(sockets=sockets)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, BinaryIO, Optional
 import aiohttp
 import orjson
 
-from . import opencode
+from . import opencode, usage
 from .sandbox import Sandbox
 
 WARM_UP_PROMPT = "Reply with: ok"
@@ -27,7 +27,12 @@ class AgentFailed(RuntimeError):
 
 
 class AgentServer:
-    """``opencode serve`` as the sandbox's uid, listening on a loopback port only we may reach."""
+    """``opencode serve`` as the sandbox's uid, listening on a loopback port only we may reach.
+
+    Before anything is sent to the port (the password included), the service checks that the only
+    socket listening on it belongs to the server it started: another uid that bound the port while
+    this seat's server was down is never talked to (``AgentFailed``: an infrastructure failure).
+    """
 
     def __init__(self, sandbox: Sandbox, port: int, http: aiohttp.ClientSession, binary: str = "opencode") -> None:
         self.sandbox, self.port, self.http, self.binary = sandbox, port, http, binary
@@ -49,6 +54,10 @@ class AgentServer:
         while time.monotonic() < deadline:
             if not self.alive:
                 raise AgentFailed(f"opencode serve exited with {self.process.returncode} while starting")
+            if not usage.listeners(self.port):
+                await asyncio.sleep(0.05)
+                continue
+            self.check_listener()
             try:
                 async with self.http.get(f"{self.base}/global/health", auth=self.auth,
                                          timeout=aiohttp.ClientTimeout(total=2)) as r:
@@ -58,6 +67,17 @@ class AgentServer:
                 pass
             await asyncio.sleep(0.05)
         raise AgentFailed(f"opencode serve did not answer within {timeout_s:g}s")
+
+    def check_listener(self) -> None:
+        """Raise ``AgentFailed`` unless our server is alive and every socket listening on its port is its own."""
+        if not self.alive:
+            raise AgentFailed(f"opencode serve is gone (exit code {self.process.returncode if self.process else None})")
+        found = usage.listeners(self.port)
+        ours = usage.socket_inodes_of_group(self.process.pid)
+        foreign = [(uid, inode) for uid, inode in found if uid != self.sandbox.uid or inode not in ours]
+        if not found or foreign:
+            raise AgentFailed(f"port {self.port} is not served by this seat's OpenCode server "
+                              f"(listeners: {found or 'none'}; foreign: {foreign})")
 
     async def warm_up(self, timeout_s: float = 60.0) -> None:
         """Run one throwaway session to its end and delete it.
@@ -73,6 +93,7 @@ class AgentServer:
         Every event but the token-by-token deltas goes to ``events_log`` as one JSON line. Permission
         requests are rejected, as the non-interactive ``opencode run`` does.
         """
+        self.check_listener()
         session = await self._call("POST", "/session", {})
         failed = False
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)

@@ -13,10 +13,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from . import openenv_compat
-from .proxy import UPSTREAM_ERRORS, Proxy, Send, send_error, send_warm_up_reply
-from .rollouts import FINAL, CapacityError, LimitReached, Rollout, RolloutManager
-from .sandbox import apply_network_rules
-from .settings import Settings
+from .proxy import UPSTREAM_ERRORS, Proxy, Send, request_error, send_error, send_warm_up_reply
+from .rollouts import FINAL, INFRA_FAILURE, CapacityError, LimitReached, Rollout, RolloutManager
+from .firewall import SeatPorts, apply_network_rules
+from .sandbox import SandboxError, close_shared_dirs
+from .settings import Settings, normalize_upstream
 from .tasks import RolloutRequest
 from .trace import TraceStore, Turn, training_trace
 
@@ -37,18 +38,23 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.network_isolation:
-            first = settings.sandbox_uid_base
-            apply_network_rules(first, first + manager.seats - 1, settings.port)
+            apply_network_rules([SeatPorts(settings.seat_uid(i), settings.sandbox_proxy_port(i),
+                                           settings.agent_port_base + i) for i in range(manager.seats)])
         else:
             log.warning("SANDBOX_NETWORK_ISOLATION=off: agents can reach any address")
+        if closed := close_shared_dirs():
+            log.info("shared dirs no longer writable by sandbox uids: %s", ", ".join(closed))
+        await manager.recover()
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, keepalive_timeout=60)
         timeout = aiohttp.ClientTimeout(total=settings.upstream_timeout_s, connect=10.0)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as http:
             app.state.proxy = Proxy(http)
             manager.start(http)
             log.info("opencode env ready: http://0.0.0.0:%d (API /rollouts, proxy /v1/chat/completions, /ws); "
-                     "inference %s; %d rollout slots, %d sandbox seats (OpenCode pre-started: %s); network isolation %s",
-                     settings.port, settings.inference_url, settings.max_concurrent_rollouts, manager.seats,
+                     "sandbox proxy ports 127.0.0.1:%d-%d; inference %s; %d rollout slots, %d sandbox seats "
+                     "(OpenCode pre-started: %s); network isolation %s",
+                     settings.port, settings.sandbox_proxy_port(0), settings.sandbox_proxy_port(manager.seats - 1),
+                     settings.inference_url, settings.max_concurrent_rollouts, manager.seats,
                      "yes" if settings.agent_prewarm else "no",
                      "on" if settings.network_isolation else "OFF")
             try:
@@ -61,7 +67,7 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
     async def upstream_model(request: RolloutRequest) -> str:
         if request.model or settings.inference_model:
             return request.model or settings.inference_model
-        base = (request.upstream_url or settings.inference_url).rstrip("/")
+        base = normalize_upstream(request.upstream_url or settings.inference_url)
         if base not in models:
             try:
                 listing = await app.state.proxy.get_json(f"{base}/v1/models", timeout_s=10)
@@ -77,6 +83,11 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
         return rollout
 
     async def start(request: RolloutRequest) -> Rollout:
+        if request.upstream_url is not None and not settings.upstream_allowed(request.upstream_url):
+            raise HTTPException(403, f"upstream_url {request.upstream_url!r} is not allowed: the service sends model "
+                                     "calls only to INFERENCE_URL and the URLs in ALLOWED_UPSTREAMS")
+        if manager.stopping.is_set():
+            raise HTTPException(503, "the service is shutting down; retry once it is back")
         try:
             return manager.create(request, await upstream_model(request))
         except CapacityError as exc:
@@ -119,7 +130,16 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
     @app.post("/rollouts/{rollout_id}/wait")
     async def wait(rollout_id: str, timeout_s: float = 600.0) -> Response:
         rollout = live(rollout_id)
-        await asyncio.wait({rollout.runner}, timeout=min(timeout_s, 3600))
+        stopping = asyncio.ensure_future(manager.stopping.wait())
+        try:
+            await asyncio.wait({rollout.runner, stopping}, timeout=min(max(timeout_s, 0.0), 3600),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if manager.stopping.is_set() and rollout.status not in FINAL:
+            raise HTTPException(503, {"message": "the service is restarting: the rollout is recorded as an "
+                                                 "infrastructure failure (service restarted) and cannot be scored",
+                                      "rollout_id": rollout.id, "status": INFRA_FAILURE})
         return _json({**rollout.summary(), "final": rollout.status in FINAL})
 
     @app.post("/rollouts/{rollout_id}/finish")
@@ -145,15 +165,18 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
 
     @app.get("/rollouts/{rollout_id}/files")
     async def files(rollout_id: str) -> Response:
-        return _json(live(rollout_id).sandbox.list_files())
+        try:
+            return _json(await live(rollout_id).sandbox.list_files())
+        except SandboxError as exc:
+            raise HTTPException(409, f"cannot list the rollout's files: {exc}") from None
 
     @app.get("/rollouts/{rollout_id}/logs")
     async def logs(rollout_id: str) -> Response:
-        return Response(manager.agent_log(live(rollout_id)), media_type="text/plain")
+        return Response(await manager.agent_log(live(rollout_id)), media_type="text/plain")
 
     @app.delete("/rollouts/{rollout_id}", status_code=204)
     async def close(rollout_id: str) -> Response:
-        manager.close(live(rollout_id))
+        await manager.close(live(rollout_id))
         return Response(status_code=204)
 
     @app.get("/v1/models")
@@ -193,6 +216,13 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
         except WebSocketDisconnect:
             pass
 
+    async def files_or_none(rollout: Rollout) -> dict[str, str]:
+        try:
+            return await rollout.sandbox.list_files()
+        except SandboxError as exc:
+            log.warning("rollout %s: cannot list its files: %s", rollout.id, exc)
+            return {}
+
     async def run_rollout_tool(arguments: dict[str, Any]) -> dict[str, Any]:
         try:
             request = openenv_compat.request_from_arguments(arguments)
@@ -205,9 +235,9 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
             await asyncio.wait({rollout.runner})
             verification = await manager.verify(rollout)
             result = openenv_compat.rollout_result(rollout.summary(), verification, [asdict(t) for t in rollout.turns],
-                                                   rollout.sandbox.list_files(), manager.agent_log(rollout))
+                                                   await files_or_none(rollout), await manager.agent_log(rollout))
         finally:
-            manager.close(rollout)
+            await manager.close(rollout)
         return {"observation": {"tool_name": "run_rollout", "result": result, "error": None},
                 "reward": verification["reward"], "done": True}
 
@@ -217,54 +247,71 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
         return JSONResponse({"detail": detail}, status_code=exc.status_code)
 
     app.state.manager = manager
-    return ProxyFastPath(app)
+    return ProxyFastPath(app, settings)
 
 
 class ProxyFastPath:
     """ASGI entry point: ``POST /v1/chat/completions`` on raw ASGI, everything else to FastAPI.
 
     The proxy call is the per-step hot path of every agent; skipping the framework's routing and
-    request/response objects there halves its overhead. ``.state`` and ``.api`` expose the app.
+    request/response objects there halves its overhead. Connections that arrive on a seat's sandbox
+    proxy port get that route only, for that seat's key; the API, ``/ws`` and ``/health`` are
+    answered on the service's own port. ``.state`` and ``.api`` expose the app.
     """
 
     PATH = "/v1/chat/completions"
 
-    def __init__(self, api: FastAPI) -> None:
+    def __init__(self, api: FastAPI, settings: Settings) -> None:
         self.api = api
         self.state = api.state
+        self.settings = settings
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        seat = self.settings.seat_of_proxy_port(scope["server"][1]) if scope.get("server") else None
         if scope["type"] == "http" and scope["path"] == self.PATH:
-            await self.chat_completions(scope, receive, send)
-        else:
+            await self.chat_completions(scope, receive, send, seat)
+        elif seat is None:
             await self.api(scope, receive, send)
+        elif scope["type"] == "http":
+            await send_error(send, 404, "sandboxes reach only POST /v1/chat/completions")
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
 
-    async def chat_completions(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
-        """Authenticate by the rollout's API key, validate the body, relay it."""
+    async def chat_completions(self, scope: dict[str, Any], receive: Any, send: Send, seat: Optional[int]) -> None:
+        """Authenticate by the rollout's API key (before reading the body), read the body within
+        its bound, validate it, relay it."""
         if scope["method"] != "POST":
             return await send_error(send, 405, "use POST")
         manager: RolloutManager = self.state.manager
-        auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
+        headers = dict(scope["headers"])
+        auth = headers.get(b"authorization", b"").decode("latin-1")
         key = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
-        rollout = manager.by_key.get(key)
-        body = b""
+        rollout, warming = manager.caller(key, seat)
+        if rollout is None and not warming:
+            return await send_error(send, 401, "unknown API key: each rollout's key is returned by POST /rollouts",
+                                    "authentication_error")
+        limit = self.settings.max_body_bytes
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            return await send_error(send, 413, f"request body of {int(declared)} bytes exceeds PROXY_MAX_BODY_BYTES={limit}")
+        chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            body += message.get("body", b"")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return await send_error(send, 413, f"request body exceeds PROXY_MAX_BODY_BYTES={limit}")
+            chunks.append(chunk)
             if not message.get("more_body"):
                 break
-        warming = key in manager.warming  # checked first: a rollout may already hold the key of its warming agent
-        if rollout is None and not warming:
-            return await send_error(send, 401, "unknown API key: each rollout's key is returned by POST /rollouts",
-                                    "authentication_error")
         try:
-            request = orjson.loads(body)
+            request = orjson.loads(b"".join(chunks))
         except orjson.JSONDecodeError as exc:
             return await send_error(send, 400, f"invalid JSON: {exc}")
-        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-            return await send_error(send, 400, "the body must be a JSON object with a 'messages' list")
+        if (problem := request_error(request)) is not None:
+            return await send_error(send, 400, problem)
         if warming:
             return await send_warm_up_reply(send, bool(request.get("stream")))
         try:

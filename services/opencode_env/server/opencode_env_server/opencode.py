@@ -1,7 +1,6 @@
 """How OpenCode is configured and started for one rollout."""
 
 import json
-import os
 from typing import Any
 
 from .sandbox import Sandbox
@@ -34,13 +33,10 @@ def opencode_config(proxy_base_url: str, api_key: str, output_tokens: int) -> di
 
 def prepare(sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: int,
             server_password: str) -> dict[str, str]:
-    """Write the config into the sandbox's HOME; returns the agent's environment."""
-    config_dir = sandbox.home / ".config" / "opencode"
-    config_dir.mkdir(parents=True, exist_ok=True)
-    path = config_dir / "opencode.json"
-    path.write_text(json.dumps(opencode_config(proxy_base_url, api_key, output_tokens), indent=2))
-    for owned in (sandbox.home / ".config", config_dir, path):
-        os.chown(owned, sandbox.uid, sandbox.uid)
+    """Write the config beside (not inside) the sandbox's HOME, readable by its uid only; returns
+    the agent's environment."""
+    config = json.dumps(opencode_config(proxy_base_url, api_key, output_tokens), indent=2).encode()
+    path = sandbox.write_private("opencode.json", config, 0o440)
     return sandbox.env({
         "OPENCODE_CONFIG": str(path),
         "OPENCODE_DISABLE_AUTOUPDATE": "1",
@@ -49,7 +45,7 @@ def prepare(sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: 
         "OPENCODE_DISABLE_SHARE": "1",
         "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
         "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-        # Basic auth on the agent's server: the second fence, after the firewall, between sandboxes.
+        # Basic auth on the agent's server: a fence beside the firewall and the listener check.
         "OPENCODE_SERVER_PASSWORD": server_password,
         "OPENAI_API_KEY": api_key,
         "OPENAI_BASE_URL": proxy_base_url,

@@ -66,6 +66,23 @@ async def send_warm_up_reply(send: Send, stream: bool) -> None:
     await send_body(send, 200, body, b"text/event-stream")
 
 
+def request_error(body: Any) -> Optional[str]:
+    """Why a chat completion request cannot be relayed (None if it can): it must be an object with a
+    ``messages`` list, one choice, and well-typed fields the proxy reads or budgets."""
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return "the body must be a JSON object with a 'messages' list"
+    if body.get("n") not in (None, 1):
+        return "'n' must be 1: each model call of a rollout is one sample (one trainable turn)"
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            return f"'{name}' must be a positive integer, got {value!r}"
+    for name, kind in (("stream", bool), ("tools", list), ("stream_options", dict)):
+        if body.get(name) is not None and not isinstance(body[name], kind):
+            return f"'{name}' must be a {kind.__name__}, got {type(body[name]).__name__}"
+    return None
+
+
 def _logprobs(choice: dict[str, Any]) -> list[float]:
     return [entry["logprob"] for entry in ((choice.get("logprobs") or {}).get("content") or [])]
 

@@ -11,10 +11,10 @@ from typing import Any, Optional
 
 import aiohttp
 
-from . import opencode
+from . import opencode, usage
 from .agent_server import AgentFailed, AgentServer
-from .sandbox import CommandResult, Sandbox
-from .settings import Settings
+from .sandbox import CommandResult, Sandbox, SandboxError, clean_stale
+from .settings import Settings, normalize_upstream
 from .tasks import Limits, RolloutRequest
 from .trace import TraceStore, Turn, extends
 
@@ -39,6 +39,7 @@ class Prepared:
 
     rollout_id: str
     key: str
+    seat: int
     limits: Limits
     sandbox: Sandbox
     agent: AgentServer
@@ -67,10 +68,10 @@ class Rollout:
         self.task = request.task
         self.limits = request.task.limits
         self.seat = seat
-        self.upstream_url = (request.upstream_url or settings.inference_url).rstrip("/")
+        self.upstream_url = normalize_upstream(request.upstream_url or settings.inference_url)
         self.model = model
         self.sampling = request.sampling
-        self.sandbox = Sandbox(settings.sandbox_root, self.id, settings.sandbox_uid_base + seat, self.limits)
+        self.sandbox = Sandbox(settings.sandbox_root, self.id, settings.seat_uid(seat), self.limits)
         self.status = PENDING
         self.detail: Optional[str] = None
         self.turns: list[Turn] = []
@@ -124,6 +125,14 @@ class Rollout:
         self.stop(INFRA_FAILURE, message)
 
     # --- lifecycle ---------------------------------------------------------------------------
+    def mark_running(self) -> bool:
+        """PENDING -> RUNNING; False (and no change) if the rollout already ended: states only move forward."""
+        if self.status != PENDING:
+            return False
+        self.status = RUNNING
+        self.persist()
+        return True
+
     def stop(self, status: str, detail: str) -> None:
         """End the rollout with ``status`` (first final status wins) and kill its processes."""
         if self.status not in FINAL:
@@ -168,7 +177,7 @@ class RolloutManager:
     def __init__(self, settings: Settings, store: TraceStore) -> None:
         self.settings = settings
         self.store = store
-        self.seats = settings.max_concurrent_rollouts + (settings.agent_spares if settings.agent_prewarm else 0)
+        self.seats = settings.seats
         self.free_seats = list(range(self.seats))
         self.rollouts: dict[str, Rollout] = {}
         self.by_key: dict[str, Rollout] = {}
@@ -178,6 +187,7 @@ class RolloutManager:
         # A server start keeps about two cores busy for seconds: more at once only slows each down.
         self._warm_gate = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
         self.http: Optional[aiohttp.ClientSession] = None
+        self.stopping = asyncio.Event()  # set when the service begins to shut down
         self._tasks: set[asyncio.Task] = set()
 
     @property
@@ -188,6 +198,30 @@ class RolloutManager:
     def warm_agents(self) -> int:
         """Free seats whose OpenCode server is started and warmed up."""
         return sum(1 for p in self.prepared.values() if p.warm)
+
+    def caller(self, key: str, seat: Optional[int]) -> tuple[Optional[Rollout], bool]:
+        """Who presents ``key``: (its rollout, whether it is a seat's warm-up key).
+
+        A call that came in on seat ``seat``'s sandbox proxy port is accepted only with the key of
+        that seat's own rollout (or its warming server): a key stolen from another seat is refused.
+        """
+        prepared = self.warming.get(key)
+        if prepared is not None and seat in (None, prepared.seat):
+            return None, True
+        rollout = self.by_key.get(key)
+        if rollout is None or (seat is not None and rollout.seat != seat):
+            return None, False
+        return rollout, False
+
+    async def recover(self) -> None:
+        """At start-up: remove the sandboxes of an earlier run and record the rollouts it left
+        unfinished as infrastructure failures (they cannot be scored)."""
+        removed = await asyncio.to_thread(clean_stale, self.settings.sandbox_root,
+                                          range(self.settings.seat_uid(0), self.settings.seat_uid(self.seats)))
+        unfinished = self.store.mark_unfinished(FINAL, INFRA_FAILURE, "service restarted while the rollout ran")
+        if removed or unfinished:
+            log.info("start-up: removed %d stale sandboxes; %d unfinished rollouts recorded as infra_failure",
+                     removed, unfinished)
 
     def start(self, http: aiohttp.ClientSession) -> None:
         """Begin serving: agents are driven over ``http``; free seats start warming up."""
@@ -205,17 +239,17 @@ class RolloutManager:
     def _agent(self, sandbox: Sandbox, seat: int) -> AgentServer:
         return AgentServer(sandbox, self.settings.agent_port_base + seat, self.http, self.settings.opencode_bin)
 
-    async def _start_agent(self, agent: AgentServer, key: str, limits: Limits) -> None:
-        """Write the agent's config (proxy URL, key, output limit) and start its server."""
-        proxy_url = f"http://127.0.0.1:{self.settings.port}/v1"
+    async def _start_agent(self, agent: AgentServer, key: str, limits: Limits, seat: int) -> None:
+        """Write the agent's config (its seat's proxy URL, key, output limit) and start its server."""
+        proxy_url = f"http://127.0.0.1:{self.settings.sandbox_proxy_port(seat)}/v1"
         env = opencode.prepare(agent.sandbox, proxy_url, key, limits.max_tokens_per_turn, agent.password)
-        with open(agent.sandbox.log_path, "ab") as agent_log:
+        with agent.sandbox.open_log() as agent_log:
             await agent.start(env, agent_log)
 
     def _prepare(self, seat: int, limits: Limits, after: Optional[asyncio.Task] = None) -> None:
         rollout_id, key = new_identity()
-        sandbox = Sandbox(self.settings.sandbox_root, rollout_id, self.settings.sandbox_uid_base + seat, limits)
-        prepared = Prepared(rollout_id, key, limits, sandbox, self._agent(sandbox, seat))
+        sandbox = Sandbox(self.settings.sandbox_root, rollout_id, self.settings.seat_uid(seat), limits)
+        prepared = Prepared(rollout_id, key, seat, limits, sandbox, self._agent(sandbox, seat))
         prepared.ready = self._background(self._warm(prepared, after), f"warm-seat-{seat}")
         self.prepared[seat] = prepared
 
@@ -240,12 +274,12 @@ class RolloutManager:
             began = time.monotonic()
             try:
                 await asyncio.to_thread(prepared.sandbox.create)
-                await self._start_agent(prepared.agent, prepared.key, prepared.limits)
+                await self._start_agent(prepared.agent, prepared.key, prepared.limits, prepared.seat)
                 await prepared.agent.warm_up()
                 log.info("seat uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid,
                          time.monotonic() - began)
                 return True
-            except (AgentFailed, OSError, asyncio.TimeoutError) as exc:
+            except (AgentFailed, SandboxError, OSError, asyncio.TimeoutError) as exc:
                 log.warning("seat uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
                             prepared.sandbox.uid, exc)
                 prepared.sandbox.kill_all()
@@ -299,15 +333,18 @@ class RolloutManager:
         if prepared is not None:
             if rollout.request.agent == "opencode" and prepared.limits == rollout.limits:
                 rollout.waiting_for_agent = True
+                ended = asyncio.ensure_future(rollout.done.wait())
                 try:
-                    warm = await prepared.ready
+                    await asyncio.wait({prepared.ready, ended}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
+                    ended.cancel()
                     rollout.waiting_for_agent = False
-                if warm:
+                if prepared.warm and prepared.agent.alive and rollout.status not in FINAL:
                     rollout.agent_prestarted = True
                     return prepared.agent
             await self._discard(prepared)
-        await asyncio.to_thread(rollout.sandbox.create)
+        if rollout.status not in FINAL:
+            await asyncio.to_thread(rollout.sandbox.create)
         return None
 
     async def _run(self, rollout: Rollout, prepared: Optional[Prepared]) -> None:
@@ -315,9 +352,11 @@ class RolloutManager:
         watchdog: Optional[asyncio.Task] = None
         try:
             agent = await self._take_agent(rollout, prepared)
-            await asyncio.to_thread(sandbox.add_files, task.files)
-            rollout.status = RUNNING
-            rollout.persist()
+            if rollout.status in FINAL:
+                return  # finished or closed by the client while its sandbox was being made
+            await sandbox.add_files(task.files)
+            if not rollout.mark_running():
+                return
             # Memory and disk are watched for the whole rollout: setup commands and the agent alike.
             watchdog = asyncio.create_task(sandbox.watch())
             watchdog.add_done_callback(lambda w: w.cancelled() or rollout.stop(LIMIT_EXCEEDED, w.result()))
@@ -348,8 +387,12 @@ class RolloutManager:
             return
         if agent is None:
             agent = self._agent(rollout.sandbox, rollout.seat)
-            await self._start_agent(agent, rollout.key, rollout.limits)
-        with open(rollout.sandbox.log_path, "ab") as events:
+            try:
+                await self._start_agent(agent, rollout.key, rollout.limits, rollout.seat)
+            except AgentFailed as exc:
+                rollout.infra_failure(f"OpenCode server did not start: {exc}")
+                return
+        with rollout.sandbox.open_log() as events:
             session = asyncio.create_task(agent.run_session(rollout.task.instruction, events))
             ended = asyncio.create_task(rollout.done.wait())
             await asyncio.wait({session, ended}, return_when=asyncio.FIRST_COMPLETED)
@@ -361,15 +404,19 @@ class RolloutManager:
                 return
             try:
                 rollout.agent_exit_code = session.result()
-            except AgentFailed:
+            except AgentFailed as exc:
                 with contextlib.suppress(asyncio.TimeoutError):  # its stream closes before it is reaped
                     await asyncio.wait_for(agent.process.wait(), timeout=2)
-                if agent.alive:
-                    raise
-                # The agent's server died on its own (the agent may kill it): like a crashed CLI run.
+                if agent.alive or rollout.first_call_at is None:
+                    # Still up, or gone (or never ours) before the policy acted: nothing to score.
+                    rollout.infra_failure(f"OpenCode server failed: {exc}")
+                    return
+                # The agent's server died after the policy acted (the agent may kill it): like a crashed CLI run.
                 rollout.agent_exit_code = agent.process.returncode
             if rollout.sandbox.violation:
                 rollout.stop(LIMIT_EXCEEDED, rollout.sandbox.violation)
+            if rollout.first_call_at is None:
+                rollout.infra_failure("the OpenCode session ended without a model call")
             rollout.stop(COMPLETED, f"agent finished (exit code {rollout.agent_exit_code})")
 
     async def verify(self, rollout: Rollout) -> dict[str, Any]:
@@ -389,42 +436,46 @@ class RolloutManager:
         task, sandbox = rollout.task, rollout.sandbox
         results = []
         for i, case in enumerate(task.tests):
-            run = await sandbox.run(task.test_command, timeout_s=task.test_timeout_s, stdin=case.stdin)
+            run = await sandbox.run(task.test_command, timeout_s=task.test_timeout_s, stdin=case.stdin, hide_command=True)
             passed = run.exit_code == 0 and run.stdout.strip() == case.expected_stdout.strip()
             results.append({"kind": "test", "index": i, "passed": passed, "exit_code": run.exit_code,
                             "timed_out": run.timed_out, "stdout": run.stdout[-2000:], "stderr": run.stderr[-2000:]})
         for command in task.verify_commands:
-            run = await sandbox.run(command, timeout_s=task.test_timeout_s)
+            run = await sandbox.run(command, timeout_s=task.test_timeout_s, hide_command=True)
             results.append({"kind": "command", "command": command, "passed": run.exit_code == 0,
                             "exit_code": run.exit_code, "timed_out": run.timed_out,
                             "stdout": run.stdout[-2000:], "stderr": run.stderr[-2000:]})
         sandbox.kill_all()
+        await asyncio.to_thread(usage.remove_sysv_objects, sandbox.uid)
         passed = sum(r["passed"] for r in results)
         rollout.verification = {"reward": passed / len(results) if results else None, "passed": passed,
                                 "total": len(results), "results": results}
         rollout.persist()
         return rollout.verification
 
-    def close(self, rollout: Rollout) -> None:
-        """Stop the rollout if needed, delete its sandbox and free its seat (the trace stays on disk)."""
-        rollout.stop(STOPPED, "closed by the client")
-        if self.by_key.pop(rollout.key, None) is not None:
-            rollout.sandbox.destroy()
-            if self.settings.agent_prewarm and self.http is not None:
-                self._prepare(rollout.seat, self.latest_limits, after=rollout.runner)
-            self.free_seats.append(rollout.seat)
+    async def close(self, rollout: Rollout, status: str = STOPPED, detail: str = "closed by the client") -> None:
+        """Stop the rollout if needed, delete its sandbox (off the loop) and free its seat (the trace stays on disk)."""
+        rollout.stop(status, detail)
         self.rollouts.pop(rollout.id, None)
+        if self.by_key.pop(rollout.key, None) is None:
+            return  # closed already
+        await asyncio.wait({rollout.runner})  # stopped: it only cleans up now
+        await asyncio.to_thread(rollout.sandbox.destroy)
+        if self.settings.agent_prewarm and self.http is not None:
+            self._prepare(rollout.seat, self.latest_limits, after=rollout.runner)
+        self.free_seats.append(rollout.seat)
 
-    def agent_log(self, rollout: Rollout) -> str:
-        path = rollout.sandbox.log_path
-        return path.read_text(errors="replace")[-64_000:] if path.exists() else ""
+    async def agent_log(self, rollout: Rollout) -> str:
+        """The tail of the rollout's agent log."""
+        return await asyncio.to_thread(rollout.sandbox.read_log)
 
     async def shutdown(self) -> None:
-        """Close every rollout and stop the prepared agents."""
+        """Record every live rollout as an infrastructure failure ("service restarted"), remove the
+        sandboxes and stop the prepared agents."""
+        self.stopping.set()
         self.http = None  # closing rollouts prepares nothing new
         for rollout in list(self.rollouts.values()):
-            self.close(rollout)
+            await self.close(rollout, INFRA_FAILURE, "service restarted while the rollout ran")
         for prepared in list(self.prepared.values()):
             await self._discard(prepared)
         self.prepared.clear()
-

@@ -1,13 +1,16 @@
-"""Local per-rollout sandboxes: one unprivileged uid, one 0700 directory, rlimits, a watchdog.
+"""Local per-rollout sandboxes: one unprivileged uid, a root-owned directory, rlimits, a watchdog.
 
-Isolation model (see README): each concurrent rollout runs as its own uid from a fixed pool, in a
-directory only that uid can enter, in its own session/process group, with rlimits on processes
-(RLIMIT_NPROC counts every process and thread of the uid), CPU seconds per process, file size and
-core dumps. A watchdog polls the uid's resident memory and the work dir's size and kills the whole
-uid when either passes its limit. iptables owner rules (set once at start-up) let the uid range reach
-only the proxy port on loopback (and answer connections the service opens to them there). Killing
-means SIGKILL to every process of the uid, so nothing the agent started survives, whatever session
-it moved to.
+Layout of ``<SANDBOX_ROOT>/<rollout id>/`` (root:<uid> 0710, so the uid can enter it but change
+nothing in it, and no other uid can enter it):
+
+- ``work/``, ``home/``, ``tmp/``: owned by the uid, 0700; the agent's work dir, HOME and TMPDIR;
+- ``opencode.json``: root:<uid> 0440, the agent's config (its proxy key);
+- ``agent.log``: root 0600, the agent's events.
+
+The root service never opens, creates, chowns or walks a path inside the uid's directories by
+name: files are placed and read by a helper process running as the uid (the kernel's permission
+checks apply), sizes are summed by directory fds without following symlinks, and removal is fd-based.
+See README "Threat model" for the whole isolation model.
 """
 
 import asyncio
@@ -15,15 +18,67 @@ import os
 import resource
 import shutil
 import signal
-import subprocess
+import stat
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
+import orjson
+
+from . import usage
 from .tasks import Limits
 
 MB = 1 << 20
+OWNED_DIRS = ("work", "home", "tmp")
+HELPER_TIMEOUT_S = 30.0
+OUTPUT_TAIL_BYTES = 64 * 1024
+HELPER_OUTPUT_BYTES = 8 << 20  # a JSON listing of at most 1 MB of file text
+
+# Runs as the sandbox's uid (python3 -I -S): writes {relative path: text} into the work dir.
+_PLACE_FILES = """
+import json, os, sys
+for name, text in json.load(sys.stdin).items():
+    parent = os.path.dirname(name)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+"""
+
+# Runs as the sandbox's uid: prints the work dir's small text files as JSON, within bounds.
+_LIST_FILES = """
+import json, os, stat, sys
+max_files, max_bytes, max_total, max_entries = json.load(sys.stdin)
+files, total, seen = {}, 0, 0
+for root, dirs, names in os.walk(".", followlinks=False):
+    dirs[:] = sorted(d for d in dirs if d != ".git")
+    for name in sorted(names):
+        seen += 1
+        if len(files) >= max_files or seen > max_entries:
+            break
+        path = os.path.join(root, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes or total + info.st_size > max_total:
+                continue
+            data = f.read(max_bytes + 1)[:max_bytes]
+        total += len(data)
+        files[os.path.relpath(path, ".")] = data.decode(errors="replace")
+    if len(files) >= max_files or seen > max_entries:
+        break
+json.dump(files, sys.stdout)
+"""
+
+
+class SandboxError(RuntimeError):
+    """A helper run as the sandbox's uid failed (the uid's own files are in the way)."""
 
 
 @dataclass
@@ -38,55 +93,6 @@ class CommandResult:
     timed_out: bool = False
 
 
-def processes_of(uid: int) -> list[tuple[int, int]]:
-    """(pid, resident kB) of every live (not zombie) process whose real uid is ``uid``."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/status") as status:
-                fields = dict(line.split(":", 1) for line in status if ":" in line)
-        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
-            continue
-        zombie = fields.get("State", "").strip().startswith("Z")  # already dead, waiting to be reaped
-        if int(fields.get("Uid", "-1").split()[0]) == uid and not zombie:
-            found.append((int(entry.name), int(fields.get("VmRSS", "0 kB").split()[0])))
-    return found
-
-
-def directory_bytes(path: Path) -> int:
-    """Total size of the regular files under ``path``."""
-    total = 0
-    for root, _dirs, files in os.walk(path, onerror=lambda _: None):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
-def apply_network_rules(uid_first: int, uid_last: int, proxy_port: int) -> None:
-    """Let the sandbox uids reach only 127.0.0.1:proxy_port (idempotent). Raises on failure.
-
-    They may also answer, on loopback, connections opened to them (the service driving each agent's
-    OpenCode server); a connection they open themselves to anything but the proxy is rejected.
-    """
-    owner = ["-m", "owner", "--uid-owner", f"{uid_first}-{uid_last}"]
-    rules = [
-        ("iptables", [*owner, "-o", "lo", "-d", "127.0.0.1", "-p", "tcp", "--dport", str(proxy_port), "-j", "ACCEPT"]),
-        ("iptables", [*owner, "-o", "lo", "-p", "tcp", "-m", "conntrack", "--ctstate", "ESTABLISHED", "-j", "ACCEPT"]),
-        ("iptables", [*owner, "-j", "REJECT"]),
-        ("ip6tables", [*owner, "-j", "REJECT"]),
-    ]
-    for tool, rule in rules:
-        if shutil.which(tool) is None:
-            raise RuntimeError(f"{tool} is not installed")
-        if subprocess.run([tool, "-C", "OUTPUT", *rule], capture_output=True).returncode != 0:
-            subprocess.run([tool, "-A", "OUTPUT", *rule], check=True, capture_output=True, text=True)
-
-
 class Sandbox:
     """The directory, uid and processes of one rollout."""
 
@@ -94,44 +100,63 @@ class Sandbox:
         self.dir = root / rollout_id
         self.home = self.dir / "home"
         self.work = self.dir / "work"
+        self.tmp = self.dir / "tmp"
+        self.config_path = self.dir / "opencode.json"
+        self.log_path = self.dir / "agent.log"
         self.uid = uid
         self.limits = limits
         self.violation: Optional[str] = None
 
     def create(self) -> None:
-        """Make the empty 0700 sandbox (work dir and HOME) owned by the uid, killing what the uid still runs."""
+        """Make the empty sandbox, killing what the uid still runs and holds (blocking: run it off the loop)."""
         self.kill_all()  # a previous holder of this uid must be gone
+        usage.remove_sysv_objects(self.uid)
         shutil.rmtree(self.dir, ignore_errors=True)
-        for path in (self.dir, self.home, self.work):
-            path.mkdir(parents=True, exist_ok=True)
-            os.chown(path, self.uid, self.uid)
-        self.dir.chmod(0o700)
+        os.mkdir(self.dir, 0o700)
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            for name in OWNED_DIRS:
+                os.mkdir(name, 0o700, dir_fd=fd)
+                os.chown(name, self.uid, self.uid, dir_fd=fd, follow_symlinks=False)
+            os.fchown(fd, 0, self.uid)
+            os.fchmod(fd, 0o710)
+        finally:
+            os.close(fd)
 
-    def add_files(self, files: dict[str, str]) -> None:
-        """Place the task's files in the work dir, owned by the uid."""
-        for name, text in files.items():
-            target = self.work / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-        for root, dirs, names in os.walk(self.work):
-            for name in [*dirs, *names]:
-                os.lchown(os.path.join(root, name), self.uid, self.uid)
+    def write_private(self, name: str, data: bytes, mode: int) -> Path:
+        """Create ``name`` in the root-owned sandbox dir (never following a link), group-owned by the uid."""
+        fd = os.open(self.dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        try:
+            os.fchown(fd, 0, self.uid)
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return self.dir / name
 
-    @property
-    def log_path(self) -> Path:
-        """The agent's output, beside (not inside) the sandbox so the agent cannot rewrite it."""
-        return self.dir.parent / f"{self.dir.name}.agent.log"
+    def open_log(self):
+        """The agent's log, appended to (root-only: held-out results stay out of the uid's reach)."""
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        return os.fdopen(fd, "ab")
+
+    def read_log(self, limit: int = 64_000) -> str:
+        """The tail of the agent's log ('' if there is none)."""
+        try:
+            fd = os.open(self.log_path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return ""
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - limit))
+            return f.read().decode(errors="replace")
 
     def env(self, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-        """A clean environment rooted in the sandbox's HOME."""
+        """A clean environment rooted in the sandbox's HOME, with its own TMPDIR."""
         home = str(self.home)
         env = {
             "HOME": home, "USER": "sandbox", "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-            "TMPDIR": str(self.dir / "tmp"), "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
+            "TMPDIR": str(self.tmp), "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
             "XDG_CACHE_HOME": f"{home}/.cache", "XDG_STATE_HOME": f"{home}/.local/state",
         }
-        (self.dir / "tmp").mkdir(exist_ok=True)
-        os.chown(self.dir / "tmp", self.uid, self.uid)
         return {**env, **(extra or {})}
 
     def _demote(self) -> None:
@@ -143,6 +168,7 @@ class Sandbox:
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.disk_mb * MB, limits.disk_mb * MB))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # POSIX message queues: memory outside any count
         os.setgroups([])
         os.setgid(self.uid)
         os.setuid(self.uid)
@@ -153,19 +179,55 @@ class Sandbox:
             *argv, cwd=self.work, env=env, stdin=stdin, stdout=stdout, stderr=stderr, preexec_fn=self._demote,
         )
 
-    async def run(self, command: str, timeout_s: float, stdin: str = "", env: Optional[dict[str, str]] = None) -> CommandResult:
-        """Run a shell command to completion in the sandbox; kills it at the timeout."""
+    async def run(self, command: str, timeout_s: float, stdin: str = "", env: Optional[dict[str, str]] = None,
+                  hide_command: bool = False) -> CommandResult:
+        """Run a shell command to completion in the sandbox; kills it at the timeout.
+
+        ``hide_command`` passes the command through the environment instead of the command line,
+        which every uid can read in ``/proc`` (a held-out verify command must not show there).
+        """
         started = time.monotonic()
         pipe = asyncio.subprocess.PIPE
-        proc = await self.spawn(["bash", "-c", command], env or self.env(), pipe, pipe,
-                                stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
+        env = env or self.env()
+        argv = ["bash", "-c", command]
+        if hide_command:
+            argv, env = ["bash", "-c", 'eval "$RLSTACK_COMMAND"'], {**env, "RLSTACK_COMMAND": command}
+        proc = await self.spawn(argv, env, pipe, pipe, stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
         try:
             out, err = await asyncio.wait_for(_communicate(proc, stdin.encode()), timeout_s)
             return CommandResult(command, proc.returncode, _text(out), _text(err), time.monotonic() - started)
         except asyncio.TimeoutError:
             self.kill_group(proc.pid)
-            out, err = await _communicate(proc, b"")
+            try:  # a process that left the group may still hold the pipes open
+                out, err = await asyncio.wait_for(_communicate(proc, b""), 5)
+            except asyncio.TimeoutError:
+                out, err = b"", b""
             return CommandResult(command, None, _text(out), _text(err), time.monotonic() - started, timed_out=True)
+
+    async def _helper(self, script: str, payload: Any) -> bytes:
+        """Run a Python snippet as the uid in the work dir with ``payload`` as JSON on stdin; its stdout."""
+        pipe = asyncio.subprocess.PIPE
+        proc = await self.spawn([sys.executable, "-I", "-S", "-c", script], self.env(), pipe, pipe, stdin=pipe)
+        try:
+            out, err = await asyncio.wait_for(_communicate(proc, orjson.dumps(payload), HELPER_OUTPUT_BYTES), HELPER_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            self.kill_group(proc.pid)
+            raise SandboxError(f"sandbox helper timed out after {HELPER_TIMEOUT_S:g}s") from None
+        if proc.returncode != 0:
+            raise SandboxError(f"sandbox helper failed ({proc.returncode}): {_text(err, 600)}")
+        return out
+
+    async def add_files(self, files: dict[str, str]) -> None:
+        """Place the task's files in the work dir, written by the uid itself."""
+        if files:
+            await self._helper(_PLACE_FILES, files)
+
+    async def list_files(self, max_files: int = 64, max_bytes: int = 64 * 1024, max_total: int = 1 << 20,
+                         max_entries: int = 20_000) -> dict[str, str]:
+        """Text of the work dir's regular files (symlinks skipped, ``.git`` left out), read by the
+        uid itself: at most ``max_files`` files of ``max_bytes`` each, ``max_total`` bytes in all,
+        after looking at ``max_entries`` names."""
+        return orjson.loads(await self._helper(_LIST_FILES, [max_files, max_bytes, max_total, max_entries]))
 
     @staticmethod
     def kill_group(pgid: int) -> None:
@@ -176,53 +238,81 @@ class Sandbox:
             pass
 
     def kill_all(self, timeout_s: float = 1.0) -> int:
-        """SIGKILL every process of the uid until none is left (repeated passes catch processes forked
-        meanwhile); returns how many were killed."""
-        killed, deadline = 0, time.monotonic() + timeout_s
-        while (procs := processes_of(self.uid)) and time.monotonic() < deadline:
-            for pid, _ in procs:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.005)
-        return killed
+        """SIGKILL every process of the uid; returns how many were killed."""
+        return kill_uid(self.uid, timeout_s)
+
+    def disk_bytes(self) -> int:
+        """Bytes the uid holds on disk: its sandbox tree and deleted files it keeps open."""
+        try:
+            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return 0
+        try:
+            return usage.disk_bytes(fd, self.uid)
+        finally:
+            os.close(fd)
+
+    def _check_limits(self, with_disk: bool) -> Optional[str]:
+        memory = usage.memory_bytes(self.uid) / MB
+        if memory > self.limits.memory_mb:
+            return f"memory limit: {memory:.0f} MB (resident, memfd, shared memory) > {self.limits.memory_mb} MB"
+        if with_disk and (used := self.disk_bytes() / MB) > self.limits.disk_mb:
+            return f"disk limit: {used:.0f} MB > {self.limits.disk_mb} MB"
+        return None
 
     async def watch(self, interval_s: float = 0.5) -> str:
         """Return (and kill everything) once memory or disk passes its limit; run as a task."""
         tick = 0
         while True:
             await asyncio.sleep(interval_s)
-            rss_mb = sum(kb for _, kb in processes_of(self.uid)) / 1024
-            if rss_mb > self.limits.memory_mb:
-                self.violation = f"memory limit: {rss_mb:.0f} MB resident > {self.limits.memory_mb} MB"
-            elif tick % 4 == 0 and (used := directory_bytes(self.dir) / MB) > self.limits.disk_mb:
-                self.violation = f"disk limit: {used:.0f} MB > {self.limits.disk_mb} MB"
+            self.violation = await asyncio.to_thread(self._check_limits, tick % 4 == 0)
             tick += 1
             if self.violation:
                 self.kill_all()
                 return self.violation
 
-    def list_files(self, max_files: int = 64, max_bytes: int = 64 * 1024) -> dict[str, str]:
-        """Text of the work dir's files (small ones first come, up to the limits)."""
-        files: dict[str, str] = {}
-        for path in sorted(self.work.rglob("*")):
-            if len(files) >= max_files:
-                break
-            if path.is_file() and not path.is_symlink() and ".git" not in path.parts and path.stat().st_size <= max_bytes:
-                files[path.relative_to(self.work).as_posix()] = path.read_text(errors="replace")
-        return files
-
     def destroy(self) -> None:
-        """Kill every process of the uid and remove the directory and the agent's log."""
+        """Kill every process of the uid, remove its IPC objects and the directory (with the agent's
+        log); blocking, so run it off the loop."""
         self.kill_all()
+        usage.remove_sysv_objects(self.uid)
         shutil.rmtree(self.dir, ignore_errors=True)
-        self.log_path.unlink(missing_ok=True)
 
 
-async def _communicate(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
-    """Feed stdin (ignoring a program that exits without reading it) and collect stdout/stderr."""
+def kill_uid(uid: int, timeout_s: float = 1.0) -> int:
+    """SIGKILL every process of ``uid`` until none is left (repeated passes catch processes forked
+    meanwhile); returns how many were killed."""
+    killed, deadline = 0, time.monotonic() + timeout_s
+    while (procs := usage.processes_of(uid)) and time.monotonic() < deadline:
+        for pid, _ in procs:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        time.sleep(0.005)
+    return killed
+
+
+def clean_stale(root: Path, uids: range) -> int:
+    """Remove every sandbox left by an earlier run of the service and what its uids still hold;
+    returns how many sandboxes were removed."""
+    for uid in uids:
+        kill_uid(uid)
+        usage.remove_sysv_objects(uid)
+    stale = [entry.path for entry in os.scandir(root)] if root.exists() else []
+    for path in stale:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    return len(stale)
+
+
+async def _communicate(proc: asyncio.subprocess.Process, data: bytes,
+                       limit: int = OUTPUT_TAIL_BYTES) -> tuple[bytes, bytes]:
+    """Feed stdin (ignoring a program that exits without reading it) and collect the last ``limit``
+    bytes of stdout and of stderr."""
 
     async def feed() -> None:
         if proc.stdin is None:
@@ -234,11 +324,38 @@ async def _communicate(proc: asyncio.subprocess.Process, data: bytes) -> tuple[b
         except (BrokenPipeError, ConnectionResetError, RuntimeError):
             pass
 
-    _, out, err = await asyncio.gather(feed(), proc.stdout.read(), proc.stderr.read())
+    _, out, err = await asyncio.gather(feed(), _tail(proc.stdout, limit), _tail(proc.stderr, limit))
     await proc.wait()
     return out, err
 
 
-def _text(data: Optional[bytes], limit: int = 64 * 1024) -> str:
+async def _tail(stream: asyncio.StreamReader, limit: int = OUTPUT_TAIL_BYTES) -> bytes:
+    """The last ``limit`` bytes of a stream, read to its end (a program may print without bound)."""
+    kept = bytearray()
+    while chunk := await stream.read(1 << 16):
+        kept += chunk
+        if len(kept) > 2 * limit:
+            del kept[:-limit]
+    return bytes(kept[-limit:])
+
+
+def _text(data: Optional[bytes], limit: int = OUTPUT_TAIL_BYTES) -> str:
     return (data or b"")[-limit:].decode(errors="replace")
 
+
+def close_shared_dirs(candidates: tuple[str, ...] = ("/tmp", "/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue")) -> list[str]:
+    """Take write permission for others off the shared temp dirs and every world-writable mount
+    point (a sandbox uid could park files there, outside its disk limit and beyond its rollout);
+    each sandbox has its own TMPDIR instead. Returns the paths changed."""
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[2] not in ("proc", "sysfs", "cgroup", "cgroup2")]
+    changed = []
+    for path in dict.fromkeys([*candidates, *points]):
+        try:
+            info = os.stat(path, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~stat.S_IWOTH)
+                changed.append(path)
+        except OSError:
+            continue
+    return changed

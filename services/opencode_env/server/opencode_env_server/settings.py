@@ -3,6 +3,7 @@
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class Settings:
     agent_prewarm: bool = True
     agent_spares: int = 1
     agent_port_base: int = 41000
+    sandbox_proxy_port_base: int = 42000
+    allowed_upstreams: tuple[str, ...] = ()  # empty: only inference_url
+    max_body_bytes: int = 16 << 20
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -29,9 +33,12 @@ class Settings:
         SANDBOX_UID_BASE, SANDBOX_NETWORK_ISOLATION (on/off), UPSTREAM_TIMEOUT_S, OPENCODE_BIN, AGENT_PREWARM (on/off:
         keep a started, warmed-up OpenCode server ready in each free sandbox seat), AGENT_SPARES (seats beyond
         MAX_CONCURRENT_ROLLOUTS, so warm servers are ready while given-back seats warm up again),
-        AGENT_PORT_BASE (seat i's server listens on 127.0.0.1:AGENT_PORT_BASE+i)."""
+        AGENT_PORT_BASE (seat i's server listens on 127.0.0.1:AGENT_PORT_BASE+i), SANDBOX_PROXY_PORT_BASE
+        (seat i's sandbox reaches the proxy, and nothing else, on 127.0.0.1:SANDBOX_PROXY_PORT_BASE+i),
+        ALLOWED_UPSTREAMS (comma-separated base URLs a rollout request may name as ``upstream_url``;
+        INFERENCE_URL is always allowed), PROXY_MAX_BODY_BYTES (largest chat completion request)."""
         env = os.environ
-        return cls(
+        settings = cls(
             port=int(env.get("PORT", cls.port)),
             inference_url=env.get("INFERENCE_URL", cls.inference_url).rstrip("/"),
             inference_model=env.get("INFERENCE_MODEL", cls.inference_model),
@@ -45,7 +52,51 @@ class Settings:
             agent_prewarm=_switch(env.get("AGENT_PREWARM", "on")),
             agent_spares=int(env.get("AGENT_SPARES", cls.agent_spares)),
             agent_port_base=int(env.get("AGENT_PORT_BASE", cls.agent_port_base)),
+            sandbox_proxy_port_base=int(env.get("SANDBOX_PROXY_PORT_BASE", cls.sandbox_proxy_port_base)),
+            allowed_upstreams=tuple(normalize_upstream(u) for u in env.get("ALLOWED_UPSTREAMS", "").split(",") if u.strip()),
+            max_body_bytes=int(env.get("PROXY_MAX_BODY_BYTES", cls.max_body_bytes)),
         )
+        settings.check()
+        return settings
+
+    @property
+    def seats(self) -> int:
+        """Sandbox seats: one uid, agent port and sandbox proxy port each."""
+        return self.max_concurrent_rollouts + (self.agent_spares if self.agent_prewarm else 0)
+
+    def seat_uid(self, seat: int) -> int:
+        return self.sandbox_uid_base + seat
+
+    def sandbox_proxy_port(self, seat: int) -> int:
+        return self.sandbox_proxy_port_base + seat
+
+    def seat_of_proxy_port(self, port: int) -> Optional[int]:
+        """The seat whose sandbox proxy listens on ``port``, or None for the service's own port."""
+        seat = port - self.sandbox_proxy_port_base
+        return seat if 0 <= seat < self.seats and port != self.port else None
+
+    def upstream_allowed(self, url: str) -> bool:
+        """Whether a caller may send a rollout's model calls to ``url``."""
+        return normalize_upstream(url) in {normalize_upstream(self.inference_url), *self.allowed_upstreams}
+
+    def check(self) -> None:
+        """Refuse settings whose port ranges overlap (a sandbox could then reach the API)."""
+        ranges = {"PORT": range(self.port, self.port + 1),
+                  "AGENT_PORT_BASE": range(self.agent_port_base, self.agent_port_base + self.seats),
+                  "SANDBOX_PROXY_PORT_BASE": range(self.sandbox_proxy_port_base, self.sandbox_proxy_port_base + self.seats)}
+        names = list(ranges)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if set(ranges[a]) & set(ranges[b]):
+                    raise SystemExit(f"{a} and {b} overlap for {self.seats} seats; move one of them")
+        if self.max_concurrent_rollouts < 1 or self.max_body_bytes < 1024:
+            raise SystemExit("MAX_CONCURRENT_ROLLOUTS must be >= 1 and PROXY_MAX_BODY_BYTES >= 1024")
+
+
+def normalize_upstream(url: str) -> str:
+    """A base URL without trailing slashes or ``/v1`` (upstream's ``base_url`` ends in ``/v1``)."""
+    url = url.strip().rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def _switch(value: str) -> bool:

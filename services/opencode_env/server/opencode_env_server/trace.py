@@ -1,6 +1,7 @@
 """Per-turn records of a rollout's model calls, and the training trace built from them."""
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,28 +72,49 @@ def training_trace(turns: list[Turn], rollout_id: str) -> dict[str, Any]:
 
 
 class TraceStore:
-    """JSONL files on the traces volume: ``<id>.turns.jsonl`` (one turn a line) and ``<id>.json``."""
+    """JSONL files on the traces volume: ``<id>.turns.jsonl`` (one turn a line) and ``<id>.json``.
+
+    The folder is root-only (0700, files 0600): traces hold held-out verify commands and results.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        root.chmod(0o700)
+
+    def _open(self, name: str, flags: int):
+        return os.fdopen(os.open(self.root / name, flags | os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600), "wb")
 
     def append_turn(self, rollout_id: str, turn: Turn) -> None:
         """Persist one turn as soon as it is recorded."""
-        with open(self.root / f"{rollout_id}.turns.jsonl", "ab") as f:
+        with self._open(f"{rollout_id}.turns.jsonl", os.O_APPEND) as f:
             f.write(orjson.dumps(turn) + b"\n")  # orjson serialises dataclasses without copying them
 
     def write_summary(self, rollout_id: str, summary: dict[str, Any]) -> None:
         """Replace the rollout's summary (status, reward, limits) atomically."""
-        tmp = self.root / f".{rollout_id}.json.tmp"
-        tmp.write_text(json.dumps(summary))
-        tmp.rename(self.root / f"{rollout_id}.json")
+        with self._open(f".{rollout_id}.json.tmp", os.O_TRUNC) as f:
+            f.write(orjson.dumps(summary))
+        os.rename(self.root / f".{rollout_id}.json.tmp", self.root / f"{rollout_id}.json")
 
     def load(self, rollout_id: str) -> Optional[tuple[dict[str, Any], list[Turn]]]:
         """A rollout written before, e.g. by a previous run of the service."""
         summary_path = self.root / f"{rollout_id}.json"
-        if "/" in rollout_id or not summary_path.exists():
+        if "/" in rollout_id or rollout_id.startswith(".") or not summary_path.exists():
             return None
         turns_path = self.root / f"{rollout_id}.turns.jsonl"
         turns = [Turn(**json.loads(line)) for line in turns_path.read_text().splitlines()] if turns_path.exists() else []
         return json.loads(summary_path.read_text()), turns
+
+    def mark_unfinished(self, final: set[str], status: str, detail: str) -> int:
+        """Give every summary whose status is not in ``final`` the status ``status``; returns how many."""
+        marked = 0
+        for path in self.root.glob("*.json"):
+            try:
+                summary = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if summary.get("status") not in final:
+                summary.update(status=status, detail=detail, infra_failure=True, finished_at=time.time())
+                self.write_summary(path.stem, summary)
+                marked += 1
+        return marked

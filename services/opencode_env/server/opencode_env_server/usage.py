@@ -1,0 +1,138 @@
+"""What a sandbox uid holds: its processes, memory (resident, memfd, System V IPC) and disk.
+
+Read by the root service without following anything the uid controls: ``/proc`` entries, the
+kernel's System V IPC tables, and the sandbox tree walked by directory fds (``os.fwalk``).
+"""
+
+import ctypes
+import os
+import stat
+from typing import Iterator
+
+IPC_RMID = 0
+# /proc/sysvipc/<kind>: (the column of the owner uid, of the creator uid, of the bytes held)
+SYSV_TABLES = {"shm": (7, 9, 14), "msg": (7, 9, 3), "sem": (4, 6, None)}
+
+
+def processes_of(uid: int) -> list[tuple[int, int]]:
+    """(pid, resident kB) of every live (not zombie) process whose real uid is ``uid``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+            continue
+        zombie = fields.get("State", "").strip().startswith("Z")  # already dead, waiting to be reaped
+        if int(fields.get("Uid", "-1").split()[0]) == uid and not zombie:
+            found.append((int(entry.name), int(fields.get("VmRSS", "0 kB").split()[0])))
+    return found
+
+
+def _open_files(pids: list[int]) -> Iterator[tuple[str, os.stat_result]]:
+    """(link target, stat) of each distinct regular file the processes hold open."""
+    seen = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if not (target.startswith("/memfd:") or target.endswith(" (deleted)")):
+                    continue
+                info = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                yield target, info
+
+
+def sysv_objects(uid: int) -> Iterator[tuple[str, int, int]]:
+    """(kind, id, bytes held) of every System V shared memory segment, message queue and semaphore
+    set owned or created by ``uid``; they outlive the processes that made them."""
+    for kind, (owner, creator, size) in SYSV_TABLES.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}") as table:
+                rows = [line.split() for line in table.readlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if uid in (int(row[owner]), int(row[creator])):
+                yield kind, int(row[1]), int(row[size]) if size is not None else 0
+
+
+def memory_bytes(uid: int) -> int:
+    """Resident memory of the uid's processes, plus the memfds they hold and its System V objects
+    (memory no process maps is in no resident set)."""
+    procs = processes_of(uid)
+    resident = sum(kb for _, kb in procs) * 1024
+    memfds = sum(info.st_blocks * 512 for target, info in _open_files([p for p, _ in procs]) if target.startswith("/memfd:"))
+    return resident + memfds + sum(size for _, _, size in sysv_objects(uid))
+
+
+def disk_bytes(root_fd: int, uid: int) -> int:
+    """Blocks allocated under the directory ``root_fd`` (each inode once, symlinks not followed),
+    plus deleted files the uid's processes still hold open."""
+    total, seen = 0, set()
+    for _dirpath, dirnames, filenames, dirfd in os.fwalk(dir_fd=root_fd, top=".", follow_symlinks=False):
+        for name in (*dirnames, *filenames):
+            try:
+                info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_blocks * 512
+    deleted = _open_files([pid for pid, _ in processes_of(uid)])
+    return total + sum(info.st_blocks * 512 for target, info in deleted if target.endswith(" (deleted)"))
+
+
+def remove_sysv_objects(uid: int) -> int:
+    """Remove the uid's System V IPC objects; returns how many."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    removers = {"shm": lambda i: libc.shmctl(i, IPC_RMID, None), "msg": lambda i: libc.msgctl(i, IPC_RMID, None),
+                "sem": lambda i: libc.semctl(i, 0, IPC_RMID)}
+    removed = 0
+    for kind, ident, _ in list(sysv_objects(uid)):
+        removed += removers[kind](ident) == 0
+    return removed
+
+
+def listeners(port: int) -> list[tuple[int, int]]:
+    """(owner uid, socket inode) of every TCP socket listening on ``port`` (any address, IPv4 or 6)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if row[3] == "0A" and int(row[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                found.append((int(row[7]), int(row[9])))
+    return found
+
+
+def socket_inodes_of_group(pgid: int) -> set[int]:
+    """Inodes of the sockets held by the processes of process group ``pgid``."""
+    inodes = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:  # after the command name: state, ppid, pgrp
+                continue
+            for fd in os.listdir(f"/proc/{entry.name}/fd"):
+                target = os.readlink(f"/proc/{entry.name}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(int(target[8:-1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return inodes
