@@ -28,9 +28,11 @@ RUN pip install --no-deps /src/opencode-env-server && python3 -c "import opencod
  && opencode --version
 ENV PYTHONUNBUFFERED=1 PORT=8000 SANDBOX_ROOT=/sandboxes TRACES_DIR=/data/traces
 # Sandboxes may write only inside their own directory: no shared dir is writable by other uids
-# (the service closes world-writable mounts such as /dev/shm again at start-up).
+# (the service closes world-writable mounts such as /dev/shm again at start-up), and no program
+# runs setuid or setgid.
 RUN mkdir -p /sandboxes /data/traces && chmod 0711 /sandboxes && chmod 0700 /data/traces \
- && find / -xdev -type d -perm -0002 -exec chmod o-w {} +
+ && find / -xdev -type d -perm -0002 -exec chmod o-w {} + \
+ && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 EXPOSE 8000
 HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
   CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]

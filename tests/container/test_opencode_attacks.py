@@ -56,7 +56,9 @@ def call(url, key=None, body=None, method="GET"):
 chat = json.dumps({{"messages": [{{"role": "user", "content": "hi"}}]}}).encode()
 stolen = open("stolen_key.txt").read().strip()
 own_ip = socket.gethostbyname(socket.gethostname())
+inherited = [os.readlink(f"/proc/self/fd/{{fd}}") for fd in os.listdir("/proc/self/fd") if int(fd) > 2]
 print(json.dumps({{
+    "inherited": [target for target in inherited if not target.endswith("/fd")],  # but listdir's own
     "api": call("http://127.0.0.1:8000/health"),
     "api_rollouts": call("http://127.0.0.1:8000/rollouts"),
     "api_on_own_ip": call(f"http://{{own_ip}}:8000/health"),
@@ -74,7 +76,7 @@ def test_a_sandbox_reaches_no_control_api_and_no_key_but_its_own(opencode_env) -
     attacker, out = run_attack(url, PROBE, files={"stolen_key.txt": victim["api_key"]})
     try:
         seen = json.loads(out.strip().splitlines()[-1])
-        assert seen == {"api": "unreachable", "api_rollouts": "unreachable", "api_on_own_ip": "unreachable",
+        assert seen == {"inherited": [], "api": "unreachable", "api_rollouts": "unreachable", "api_on_own_ip": "unreachable",
                         "own_port_health": 404, "own_port_rollouts": 404, "own_port_stolen_key": 401,
                         "other_ports": ["unreachable"]}, out
         assert httpx.get(f"{url}/rollouts/{victim['rollout_id']}").json()["status"] == "running"  # untouched
@@ -216,7 +218,7 @@ def test_held_out_data_and_other_seats_secrets_are_unreadable_by_sandbox_uids(op
     rid = rollout["rollout_id"]
     paths = [f"/data/traces/{rid}.json", f"/data/traces/{rid}.turns.jsonl", f"/sandboxes/{rid}.agent.log",
              f"/sandboxes/{rid}/agent.log", f"/sandboxes/{rid}/opencode.json"]
-    seats = in_container(opencode_env, "ls", "/sandboxes").stdout.split()
+    seats = [s for s in in_container(opencode_env, "ls", "/sandboxes").stdout.split() if sandbox_uid(opencode_env, s) != other]
     paths += [f"/sandboxes/{s}/{p}" for s in seats for p in ("opencode.json", "home/.config/opencode/opencode.json")]
     readable = [p for p in paths if in_container(opencode_env, "setpriv", f"--reuid={other}", f"--regid={other}",
                                                  "--clear-groups", "head", "-c1", p).returncode == 0]

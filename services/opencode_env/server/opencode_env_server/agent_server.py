@@ -73,7 +73,7 @@ class AgentServer:
         if not self.alive:
             raise AgentFailed(f"opencode serve is gone (exit code {self.process.returncode if self.process else None})")
         found = usage.listeners(self.port)
-        ours = usage.socket_inodes_of_group(self.process.pid)
+        ours = usage.socket_inodes_of_group(self.process.pid, self.sandbox.uid)
         foreign = [(uid, inode) for uid, inode in found if uid != self.sandbox.uid or inode not in ours]
         if not found or foreign:
             raise AgentFailed(f"port {self.port} is not served by this seat's OpenCode server "

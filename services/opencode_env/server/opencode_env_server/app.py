@@ -40,10 +40,12 @@ def create_app(settings: Optional[Settings] = None) -> "ProxyFastPath":
         if settings.network_isolation:
             apply_network_rules([SeatPorts(settings.seat_uid(i), settings.sandbox_proxy_port(i),
                                            settings.agent_port_base + i) for i in range(manager.seats)])
+            # Only in isolation mode, which assumes the service's own container: on a shared host
+            # (benchmarks, debugging) /tmp and friends stay as they are.
+            if closed := close_shared_dirs():
+                log.info("shared dirs no longer writable by sandbox uids: %s", ", ".join(closed))
         else:
-            log.warning("SANDBOX_NETWORK_ISOLATION=off: agents can reach any address")
-        if closed := close_shared_dirs():
-            log.info("shared dirs no longer writable by sandbox uids: %s", ", ".join(closed))
+            log.warning("SANDBOX_NETWORK_ISOLATION=off: agents can reach any address and shared temp dirs")
         await manager.recover()
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, keepalive_timeout=60)
         timeout = aiohttp.ClientTimeout(total=settings.upstream_timeout_s, connect=10.0)

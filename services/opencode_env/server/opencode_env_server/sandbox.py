@@ -169,6 +169,9 @@ class Sandbox:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.disk_mb * MB, limits.disk_mb * MB))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # POSIX message queues: memory outside any count
+        # uvloop's spawn keeps inheritable descriptors open (close_fds is the stdlib's): close every
+        # one but stdio, so no socket or file of the service reaches the sandbox.
+        os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         os.setgroups([])
         os.setgid(self.uid)
         os.setuid(self.uid)
@@ -253,6 +256,12 @@ class Sandbox:
             os.close(fd)
 
     def _check_limits(self, with_disk: bool) -> Optional[str]:
+        try:
+            return self._usage_over_limits(with_disk)
+        except usage.HiddenFiles as exc:
+            return f"memory and disk cannot be counted: {exc}"
+
+    def _usage_over_limits(self, with_disk: bool) -> Optional[str]:
         memory = usage.memory_bytes(self.uid) / MB
         if memory > self.limits.memory_mb:
             return f"memory limit: {memory:.0f} MB (resident, memfd, shared memory) > {self.limits.memory_mb} MB"

@@ -2,14 +2,19 @@
 
 Read by the root service without following anything the uid controls: ``/proc`` entries, the
 kernel's System V IPC tables, and the sandbox tree walked by directory fds (``os.fwalk``).
+A process's open files (``/proc/<pid>/fd``) are readable only with ``CAP_SYS_PTRACE`` or the
+process's own uid: ``as_uid`` lends the calling thread the uid's file-system identity for that.
 """
 
+import contextlib
 import ctypes
 import os
 import stat
+import subprocess
 from typing import Iterator
 
-IPC_RMID = 0
+_libc = ctypes.CDLL(None, use_errno=True)
+
 # /proc/sysvipc/<kind>: (the column of the owner uid, of the creator uid, of the bytes held)
 SYSV_TABLES = {"shm": (7, 9, 14), "msg": (7, 9, 3), "sem": (4, 6, None)}
 
@@ -31,12 +36,33 @@ def processes_of(uid: int) -> list[tuple[int, int]]:
     return found
 
 
+@contextlib.contextmanager
+def as_uid(uid: int) -> Iterator[None]:
+    """Run the block with the calling thread's file-system uid and gid set to ``uid`` (the kernel's
+    checks for ``/proc/<pid>/fd`` and the uid's files then pass as for the uid itself); only this
+    thread changes (``setfsuid`` is per thread), and root's identity is restored after."""
+    _libc.setfsgid(uid)
+    _libc.setfsuid(uid)
+    try:
+        yield
+    finally:
+        _libc.setfsuid(0)
+        _libc.setfsgid(0)
+
+
+class HiddenFiles(RuntimeError):
+    """A process of the uid made its open files unreadable (``PR_SET_DUMPABLE`` 0): what it holds cannot be counted."""
+
+
 def _open_files(pids: list[int]) -> Iterator[tuple[str, os.stat_result]]:
-    """(link target, stat) of each distinct regular file the processes hold open."""
+    """(link target, stat) of each distinct memfd or deleted file the processes hold open (call it
+    ``as_uid`` of the processes); raises ``HiddenFiles`` for a live process whose table is closed to it."""
     seen = set()
     for pid in pids:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
+        except PermissionError:
+            raise HiddenFiles(f"process {pid} hides its open files (not dumpable)") from None
         except OSError:
             continue
         for fd in fds:
@@ -71,7 +97,9 @@ def memory_bytes(uid: int) -> int:
     (memory no process maps is in no resident set)."""
     procs = processes_of(uid)
     resident = sum(kb for _, kb in procs) * 1024
-    memfds = sum(info.st_blocks * 512 for target, info in _open_files([p for p, _ in procs]) if target.startswith("/memfd:"))
+    with as_uid(uid):
+        memfds = sum(info.st_blocks * 512 for target, info in _open_files([p for p, _ in procs])
+                     if target.startswith("/memfd:"))
     return resident + memfds + sum(size for _, _, size in sysv_objects(uid))
 
 
@@ -88,19 +116,21 @@ def disk_bytes(root_fd: int, uid: int) -> int:
             if (info.st_dev, info.st_ino) not in seen:
                 seen.add((info.st_dev, info.st_ino))
                 total += info.st_blocks * 512
-    deleted = _open_files([pid for pid, _ in processes_of(uid)])
-    return total + sum(info.st_blocks * 512 for target, info in deleted if target.endswith(" (deleted)"))
+    with as_uid(uid):
+        deleted = sum(info.st_blocks * 512 for target, info in _open_files([pid for pid, _ in processes_of(uid)])
+                      if target.endswith(" (deleted)"))
+    return total + deleted
 
 
 def remove_sysv_objects(uid: int) -> int:
-    """Remove the uid's System V IPC objects; returns how many."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    removers = {"shm": lambda i: libc.shmctl(i, IPC_RMID, None), "msg": lambda i: libc.msgctl(i, IPC_RMID, None),
-                "sem": lambda i: libc.semctl(i, 0, IPC_RMID)}
-    removed = 0
-    for kind, ident, _ in list(sysv_objects(uid)):
-        removed += removers[kind](ident) == 0
-    return removed
+    """Remove the uid's System V IPC objects (as the uid: only an owner, creator or CAP_SYS_ADMIN
+    may); returns how many there were."""
+    flags = {"shm": "-m", "msg": "-q", "sem": "-s"}
+    found = list(sysv_objects(uid))
+    if found:
+        subprocess.run(["ipcrm", *[arg for kind, ident, _ in found for arg in (flags[kind], str(ident))]],
+                       user=uid, group=uid, extra_groups=[], capture_output=True, timeout=30)
+    return len(found)
 
 
 def listeners(port: int) -> list[tuple[int, int]]:
@@ -118,8 +148,13 @@ def listeners(port: int) -> list[tuple[int, int]]:
     return found
 
 
-def socket_inodes_of_group(pgid: int) -> set[int]:
-    """Inodes of the sockets held by the processes of process group ``pgid``."""
+def socket_inodes_of_group(pgid: int, uid: int) -> set[int]:
+    """Inodes of the sockets held by the processes of process group ``pgid`` (run by ``uid``)."""
+    with as_uid(uid):
+        return _socket_inodes(pgid)
+
+
+def _socket_inodes(pgid: int) -> set[int]:
     inodes = set()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():

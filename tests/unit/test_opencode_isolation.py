@@ -1,0 +1,109 @@
+"""OpenCode env isolation logic that runs in-process: request checks, seats and keys, upstream
+allow-list, trace permissions and restart records, disk accounting, log rate limiting."""
+
+import asyncio
+import logging
+import os
+import stat
+
+import pytest
+from opencode_env_server.logs import RateLimit
+from opencode_env_server.proxy import request_error
+from opencode_env_server.rollouts import FINAL, INFRA_FAILURE, Prepared, RolloutManager
+from opencode_env_server.sandbox import Sandbox
+from opencode_env_server.settings import Settings, normalize_upstream
+from opencode_env_server.tasks import Limits, RolloutRequest, Task
+from opencode_env_server.trace import TraceStore
+from opencode_env_server.usage import disk_bytes
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ({"messages": []}, None),
+    ({"messages": [], "n": 1, "max_tokens": 5, "stream": True, "tools": [], "stream_options": {}}, None),
+    ([], "'messages' list"),
+    ({"messages": "hi"}, "'messages' list"),
+    ({"messages": [], "n": 2}, "'n' must be 1"),
+    ({"messages": [], "max_tokens": "abc"}, "'max_tokens' must be a positive integer"),
+    ({"messages": [], "max_completion_tokens": True}, "'max_completion_tokens' must be a positive integer"),
+    ({"messages": [], "max_tokens": 0}, "positive integer"),
+    ({"messages": [], "stream": "yes"}, "'stream' must be a bool"),
+    ({"messages": [], "tools": {}}, "'tools' must be a list"),
+])
+def test_request_error_names_what_cannot_be_relayed(body, problem) -> None:
+    found = request_error(body)
+    assert (found is None) if problem is None else (problem in found)
+
+
+def test_seat_ports_upstreams_and_overlaps() -> None:
+    settings = Settings(max_concurrent_rollouts=2, agent_spares=1, inference_url="http://inference:8000",
+                        allowed_upstreams=("http://other:9000",))
+    assert settings.seats == 3
+    assert [settings.seat_of_proxy_port(p) for p in (42000, 42002, 42003, 8000)] == [0, 2, None, None]
+    assert settings.upstream_allowed("http://inference:8000/v1/") and settings.upstream_allowed("http://other:9000")
+    assert not settings.upstream_allowed("http://10.0.0.1:22")
+    assert normalize_upstream("http://x:1/v1/") == "http://x:1"
+    with pytest.raises(SystemExit, match="overlap"):
+        Settings(max_concurrent_rollouts=4, sandbox_proxy_port_base=41002).check()
+
+
+def test_a_key_is_accepted_only_on_its_own_seats_port(tmp_path) -> None:
+    async def scenario() -> None:
+        settings = Settings(max_concurrent_rollouts=2, agent_prewarm=False, sandbox_root=tmp_path / "sb")
+        manager = RolloutManager(settings, TraceStore(tmp_path / "traces"))
+        rollout = manager.create(RolloutRequest(task=Task(instruction="x"), agent="external"), "m")
+        rollout.runner.cancel()
+        seat = rollout.seat
+        assert manager.caller(rollout.key, seat) == (rollout, False)
+        assert manager.caller(rollout.key, None) == (rollout, False)  # the API port: external agents
+        assert manager.caller(rollout.key, 1 - seat) == (None, False)  # stolen, used from another seat
+        sandbox = Sandbox(tmp_path / "sb", "w", 20001, Limits())
+        manager.warming["warm-key"] = Prepared("w", "warm-key", 1, Limits(), sandbox, manager._agent(sandbox, 1))
+        assert manager.caller("warm-key", 1) == (None, True) and manager.caller("warm-key", 0) == (None, False)
+        assert manager.caller("nope", None) == (None, False)
+
+    asyncio.run(scenario())
+
+
+def test_traces_are_root_only_and_unfinished_rollouts_become_infra_failures(tmp_path) -> None:
+    store = TraceStore(tmp_path / "traces")
+    store.write_summary("done", {"status": "completed"})
+    store.write_summary("cut", {"status": "running"})
+    assert stat.S_IMODE(os.stat(tmp_path / "traces").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "traces" / "cut.json").st_mode) == 0o600
+    assert store.mark_unfinished(FINAL, INFRA_FAILURE, "service restarted") == 1
+    assert store.load("cut")[0]["status"] == INFRA_FAILURE and store.load("done")[0]["status"] == "completed"
+    assert store.load(".cut") is None and store.load("../x") is None
+
+
+def test_disk_usage_counts_blocks_once_and_follows_no_link(tmp_path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(b"x" * (1 << 20))
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    (tree / "d" / "f").write_bytes(b"y" * (256 << 10))
+    os.link(tree / "d" / "f", tree / "hardlink")
+    (tree / "link").symlink_to(outside)
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        used = disk_bytes(fd, uid=-1)
+    finally:
+        os.close(fd)
+    assert (256 << 10) <= used < (1 << 20)
+
+
+def test_rate_limit_passes_a_burst_then_counts_what_it_dropped(monkeypatch) -> None:
+    clock = [0.0]
+    monkeypatch.setattr("opencode_env_server.logs.time.monotonic", lambda: clock[0])
+    limit = RateLimit(burst=3, interval_s=10)
+
+    def record(level: int = logging.WARNING) -> logging.LogRecord:
+        return logging.LogRecord("svc", level, __file__, 1, "bad request", None, None)
+
+    assert [limit.filter(record()) for _ in range(5)] == [True, True, True, False, False]
+    assert limit.filter(record(logging.INFO))
+    clock[0] = 11.0
+    later = record()
+    assert limit.filter(later) and "2 similar lines suppressed" in later.getMessage()
