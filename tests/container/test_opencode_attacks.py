@@ -56,9 +56,13 @@ def call(url, key=None, body=None, method="GET"):
 chat = json.dumps({{"messages": [{{"role": "user", "content": "hi"}}]}}).encode()
 stolen = open("stolen_key.txt").read().strip()
 own_ip = socket.gethostbyname(socket.gethostname())
-inherited = [os.readlink(f"/proc/self/fd/{{fd}}") for fd in os.listdir("/proc/self/fd") if int(fd) > 2]
+def target(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{{fd}}")
+    except OSError:  # the descriptor listdir itself used
+        return None
 print(json.dumps({{
-    "inherited": [target for target in inherited if not target.endswith("/fd")],  # but listdir's own
+    "inherited": [t for t in map(target, sorted(os.listdir("/proc/self/fd"), key=int)[3:]) if t],  # beyond stdio
     "api": call("http://127.0.0.1:8000/health"),
     "api_rollouts": call("http://127.0.0.1:8000/rollouts"),
     "api_on_own_ip": call(f"http://{{own_ip}}:8000/health"),

