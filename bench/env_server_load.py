@@ -5,7 +5,7 @@ side: in-process against reasoning-gym (the library's own cost), over WebSocket 
 stock app, and over WebSocket against our server. Each server runs in its own uvicorn process on
 loopback; the load generator is one asyncio process with N concurrent sessions.
 
-    python bench/env_server_load.py --sessions 32 --seconds 10
+    python bench/env_server_load.py --sessions 32 --seconds 10 [--dataset leg_counting]
 """
 
 import argparse
@@ -132,7 +132,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, nargs="+", default=[32])
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--dataset", default=DATASET["dataset_name"], help="reasoning-gym dataset of the episodes")
     args = parser.parse_args()
+    DATASET["dataset_name"] = args.dataset
 
     try:
         import uvloop

@@ -1,10 +1,12 @@
-"""The reasoning-gym env image: full episodes over WebSocket and HTTP, concurrency, errors, reaping."""
+"""The reasoning-gym env image: full episodes over WebSocket and HTTP, concurrency, errors, reaping,
+and hostile input (costly configs, failing builds, unscorable answers, floods of bad requests)."""
 
 import json
 import threading
 import time
 from typing import Callable
 
+import docker
 import httpx
 import pytest
 import reasoning_gym
@@ -64,7 +66,7 @@ def test_upstream_generic_client_and_default_dataset(env_url: str) -> None:
 def test_http_episode(env_url: str) -> None:
     expected = reasoning_gym.create_dataset("chain_sum", seed=8, size=3)
     with httpx.Client(base_url=env_url, timeout=10) as http:
-        reset = http.post("/reset", json={"dataset_name": "chain_sum", "seed": 8, "size": 3}).json()
+        reset = http.post("/reset", json={"dataset_name": "chain_sum", "seed": 8, "size": 3, "open_session": True}).json()
         assert reset["observation"]["question"] == expected[0]["question"]
         step = http.post("/step", json={"session_id": reset["session_id"], "action": {"answer": expected[0]["answer"]}})
         assert step.status_code == 200 and step.json()["reward"] == 1.0
@@ -162,3 +164,90 @@ def test_upstream_from_docker_image_runs_our_image(env_image: str) -> None:
         assert env.step(ReasoningGymAction(answer=expected[0]["answer"])).reward == 1.0
     finally:
         env.close()
+
+
+# Hostile resets (each one fails in a worker): reasoning-gym raises IndexError generating the first
+# question; a sieve far over the worker's memory bound; a question over MAX_MESSAGE_BYTES; a build
+# that takes minutes (acre generates every sample up front).
+SPELL_ERROR = {"dataset_name": "spell_backward", "seed": 1, "size": 2,
+               "dataset_config": {"min_word_len": 100, "max_word_len": 200}}
+MEMORY_HOG = {"dataset_name": "count_primes", "seed": 1, "size": 2, "dataset_config": {"max_n": 200_000_000}}
+HUGE_QUESTION = {"dataset_name": "chain_sum", "seed": 1, "size": 2,
+                 "dataset_config": {"min_terms": 300_000, "max_terms": 300_000}}
+SLOW_BUILD = {"dataset_name": "acre", "seed": 1, "size": 1_000_000}
+DEADLINE_S = 3
+
+
+def container_logs(url: str) -> str:
+    """Logs of the env container published at ``url``."""
+    port = url.rsplit(":", 1)[1]
+    for container in docker.from_env().containers.list():
+        bindings = [b for binds in container.attrs["NetworkSettings"]["Ports"].values() if binds for b in binds]
+        if any(b["HostPort"] == port for b in bindings):
+            return container.logs().decode()
+    raise LookupError(f"no container publishes port {port}")
+
+
+@pytest.fixture
+def hostile_env(start_env: Callable[..., str]) -> str:
+    """A fresh env container with a short worker deadline (its own: an attack may wedge an unfixed server)."""
+    return start_env(DATASET_BUILD_TIMEOUT_S=str(DEADLINE_S), LOG_LINES_PER_MINUTE="5")
+
+
+def test_flood_of_bad_http_resets_fails_cleanly_and_keeps_sessions(hostile_env: str) -> None:
+    expected = reasoning_gym.create_dataset("chain_sum", seed=3, size=10)
+    with connect(ws_url(hostile_env)) as ws, httpx.Client(base_url=hostile_env, timeout=30) as http:
+        ws.send(json.dumps({"type": "reset", "data": {"dataset_name": "chain_sum", "seed": 3, "size": 10}}))
+        assert json.loads(ws.recv(timeout=10))["data"]["observation"]["question"] == expected[0]["question"]
+        active = http.get("/health").json()["active_sessions"]
+        log_lines = len(container_logs(hostile_env).splitlines())
+        bad = [SPELL_ERROR, HUGE_QUESTION, {"dataset_name": "nope", "seed": 1, "size": 1},
+               {"dataset_name": "chain_sum", "seed": 1, "size": 10**12}]
+        for i in range(100):
+            body = bad[i % len(bad)] if i % 5 else {**bad[i % len(bad)], "open_session": True}
+            reply = http.post("/reset", json=body)
+            assert 400 <= reply.status_code < 500 and reply.json()["detail"]["message"], (i, reply.status_code, reply.text[:300])
+        for _ in range(20):  # valid stateless resets hold no slot either
+            assert "session_id" not in http.post("/reset", json={"dataset_name": "leg_counting", "seed": 1, "size": 5}).json()
+        memory = http.post("/reset", json=MEMORY_HOG)
+        assert memory.status_code == 422 and memory.json()["detail"]["code"] == "DATASET_TOO_COSTLY", memory.text[:300]
+        assert http.get("/health").json()["active_sessions"] == active
+        # The open episode is intact: its question is still the one to score, then the next one follows.
+        ws.send(json.dumps({"type": "step", "data": {"answer": expected[0]["answer"]}}))
+        assert json.loads(ws.recv(timeout=10))["data"]["reward"] == 1.0
+        ws.send(json.dumps({"type": "reset", "data": {}}))
+        assert json.loads(ws.recv(timeout=10))["data"]["observation"]["question"] == expected[1]["question"]
+    # LOG_LINES_PER_MINUTE=5: the flood leaves a handful of lines, not one (or a traceback) per request.
+    assert len(container_logs(hostile_env).splitlines()) - log_lines <= 10
+
+
+def test_costly_reset_gets_a_4xx_within_the_deadline_while_others_are_served(hostile_env: str) -> None:
+    expected = reasoning_gym.create_dataset("chain_sum", seed=4, size=20)
+    with connect(ws_url(hostile_env)) as good, connect(ws_url(hostile_env)) as attacker:
+        good.send(json.dumps({"type": "reset", "data": {"dataset_name": "chain_sum", "seed": 4, "size": 20}}))
+        good.recv(timeout=10)
+        attacker.send(json.dumps({"type": "reset", "data": SLOW_BUILD}))
+        began = time.monotonic()
+        for i in range(1, 11):  # answered while the costly build runs
+            good.send(json.dumps({"type": "reset", "data": {}}))
+            assert json.loads(good.recv(timeout=DEADLINE_S))["data"]["observation"]["question"] == expected[i]["question"]
+            good.send(json.dumps({"type": "step", "data": {"answer": expected[i]["answer"]}}))
+            assert json.loads(good.recv(timeout=DEADLINE_S))["data"]["reward"] == 1.0
+        error = json.loads(attacker.recv(timeout=DEADLINE_S + 30 - (time.monotonic() - began)))
+        assert error["type"] == "error" and error["data"]["code"] == "DATASET_TOO_COSTLY", error
+        # The attacker's session lives on and can still pick a sane dataset.
+        attacker.send(json.dumps({"type": "reset", "data": {"dataset_name": "chain_sum", "seed": 4, "size": 20}}))
+        assert json.loads(attacker.recv(timeout=10))["data"]["observation"]["question"] == expected[0]["question"]
+    health = httpx.get(f"{hostile_env}/health", timeout=10).json()
+    assert health["status"] == "healthy" and health["dataset_worker_restarts"] >= 1
+
+
+def test_an_answer_that_never_finishes_scoring_scores_zero(hostile_env: str) -> None:
+    expected = reasoning_gym.create_dataset("countdown", seed=1, size=4)
+    with ReasoningGymEnv(base_url=hostile_env, message_timeout_s=DEADLINE_S + 20).sync() as env:
+        env.reset(dataset_name="countdown", seed=1, size=4)
+        result = env.step(ReasoningGymAction(answer="9**9**9**9"))  # countdown evaluates the answer
+        assert (result.reward, result.done) == (0.0, True)
+        assert "DATASET_BUILD_TIMEOUT_S" in result.observation.metadata["scoring_error"]
+        assert env.reset().observation.question == expected[1]["question"]
+        assert env.step(ReasoningGymAction(answer=expected[1]["answer"])).reward == 1.0

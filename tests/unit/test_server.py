@@ -11,11 +11,29 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 CHAIN = {"dataset_name": "chain_sum", "seed": 4, "size": 10}
+# Hostile resets, each failing fast in a worker: reasoning-gym raises IndexError generating the
+# first question; a sieve that needs more than the worker's memory bound; a question over
+# MAX_MESSAGE_BYTES (2048 here).
+SPELL_ERROR = {"dataset_name": "spell_backward", "seed": 1, "size": 2,
+               "dataset_config": {"min_word_len": 100, "max_word_len": 200}}
+MEMORY_HOG = {"dataset_name": "count_primes", "seed": 1, "size": 2, "dataset_config": {"max_n": 200_000_000}}
+HUGE_QUESTION = {"dataset_name": "chain_sum", "seed": 1, "size": 2, "dataset_config": {"min_terms": 2000, "max_terms": 2000}}
+# Generating the first question takes longer than the 1 s deadline of the slow_client fixture.
+SLOW = {"dataset_name": "acre", "seed": 1, "size": 1_000_000}
 
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
-    settings = Settings(max_concurrent_envs=3, session_idle_timeout_s=60, max_message_bytes=2048)
+    settings = Settings(max_concurrent_envs=3, session_idle_timeout_s=60, max_message_bytes=2048,
+                        dataset_build_memory_mb=256)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+@pytest.fixture
+def slow_client() -> Iterator[TestClient]:
+    settings = Settings(max_concurrent_envs=4, max_http_sessions=2, session_idle_timeout_s=60,
+                        dataset_build_timeout_s=1, dataset_build_memory_mb=256)
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -124,7 +142,7 @@ def test_idle_sessions_are_reaped() -> None:
             assert expired["data"]["code"] == "SESSION_EXPIRED"
             with pytest.raises(WebSocketDisconnect):
                 ws.receive_text()
-        http_session = client.post("/reset", json={}).json()["session_id"]
+        http_session = client.post("/reset", json={"open_session": True}).json()["session_id"]
         deadline = time.monotonic() + 5
         while client.get("/health").json()["active_sessions"] and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -135,7 +153,7 @@ def test_idle_sessions_are_reaped() -> None:
 
 def test_http_episode_with_session_id(client: TestClient) -> None:
     expected = reasoning_gym.create_dataset("chain_sum", seed=4, size=10)
-    reset = client.post("/reset", json=CHAIN).json()
+    reset = client.post("/reset", json={**CHAIN, "open_session": True}).json()
     assert reset["observation"]["question"] == expected[0]["question"]
     sid = reset["session_id"]
     step = client.post("/step", json={"session_id": sid, "action": {"answer": expected[0]["answer"]}}).json()
@@ -156,6 +174,10 @@ def test_http_episode_with_session_id(client: TestClient) -> None:
         ("post", "/reset", {"session_id": "nope"}, 404, "SESSION_ERROR"),
         ("post", "/reset", "{broken", 400, "INVALID_JSON"),
         ("post", "/reset", {"pad": "x" * 4096}, 413, "MESSAGE_TOO_LARGE"),
+        ("post", "/reset", {"open_session": "yes"}, 400, "VALIDATION_ERROR"),
+        ("post", "/reset", {**SPELL_ERROR, "open_session": True}, 422, "DATASET_ERROR"),
+        ("post", "/reset", {**MEMORY_HOG, "open_session": True}, 422, "DATASET_TOO_COSTLY"),
+        ("post", "/reset", {**HUGE_QUESTION, "open_session": True}, 422, "DATASET_TOO_COSTLY"),
         ("get", "/state?session_id=nope", None, 404, "SESSION_ERROR"),
         ("delete", "/sessions/nope", None, 404, "SESSION_ERROR"),
     ],
@@ -169,14 +191,73 @@ def test_http_bad_requests_get_4xx_with_a_message(client, method, path, body, st
 
 
 def test_http_invalid_action_is_422(client: TestClient) -> None:
-    sid = client.post("/reset", json={}).json()["session_id"]
+    sid = client.post("/reset", json={"open_session": True}).json()["session_id"]
     response = client.post("/step", json={"session_id": sid, "action": {"answr": "1"}})
     assert response.status_code == 422 and response.json()["detail"]["errors"]
 
 
 def test_http_capacity_is_503(client: TestClient) -> None:
     for _ in range(3):
-        client.post("/reset", json={})
-    response = client.post("/reset", json={})
+        client.post("/reset", json={"open_session": True})
+    response = client.post("/reset", json={"open_session": True})
     assert response.status_code == 503
     assert response.json()["detail"]["active_sessions"] == 3 and response.json()["detail"]["max_sessions"] == 3
+
+
+def test_stateless_http_reset_holds_no_slot(client: TestClient) -> None:
+    expected = reasoning_gym.create_dataset("chain_sum", seed=4, size=10)
+    for _ in range(10):  # more than the 3 slots
+        reply = client.post("/reset", json=CHAIN)
+        assert reply.status_code == 200 and "session_id" not in reply.json()
+        assert reply.json()["observation"]["question"] == expected[0]["question"]
+    assert client.get("/health").json()["active_sessions"] == 0
+
+
+def test_failed_http_resets_free_their_slots_and_keep_a_sessions_dataset(client: TestClient) -> None:
+    expected = reasoning_gym.create_dataset("chain_sum", seed=4, size=10)
+    sid = client.post("/reset", json={**CHAIN, "open_session": True}).json()["session_id"]
+    for bad in [SPELL_ERROR, MEMORY_HOG, HUGE_QUESTION, {"dataset_name": "nope", "seed": 1, "size": 1}] * 5:
+        for body in (bad, {**bad, "open_session": True}, {**bad, "session_id": sid}):
+            reply = client.post("/reset", json=body)
+            assert 400 <= reply.status_code < 500 and reply.json()["detail"]["message"], reply.text
+    assert client.get("/health").json()["active_sessions"] == 1
+    nxt = client.post("/reset", json={"session_id": sid}).json()
+    assert nxt["observation"]["question"] == expected[1]["question"]
+
+
+def test_failed_websocket_reset_keeps_the_dataset_and_the_open_question(client: TestClient) -> None:
+    expected = reasoning_gym.create_dataset("chain_sum", seed=4, size=10)
+    with client.websocket_connect("/ws") as ws:
+        ws_call(ws, {"type": "reset", "data": CHAIN})
+        for bad in (SPELL_ERROR, MEMORY_HOG, HUGE_QUESTION):
+            error = ws_call(ws, {"type": "reset", "data": bad})
+            assert error["type"] == "error" and error["data"]["code"] in ("DATASET_ERROR", "DATASET_TOO_COSTLY")
+        step = ws_call(ws, {"type": "step", "data": {"answer": expected[0]["answer"]}})
+        assert step["data"]["reward"] == 1.0  # still question 0
+        assert ws_call(ws, {"type": "reset", "data": {}})["data"]["observation"]["question"] == expected[1]["question"]
+
+
+def test_slow_reset_times_out_while_other_sessions_are_served(slow_client: TestClient) -> None:
+    expected = reasoning_gym.create_dataset("chain_sum", seed=4, size=10)
+    with slow_client.websocket_connect("/ws") as good, slow_client.websocket_connect("/ws") as slow:
+        ws_call(good, {"type": "reset", "data": CHAIN})
+        slow.send_text(json.dumps({"type": "reset", "data": SLOW}))
+        # Served while the slow build runs in its worker (the other worker is free).
+        for i in range(1, 6):
+            assert ws_call(good, {"type": "reset", "data": {}})["data"]["observation"]["question"] == expected[i]["question"]
+            assert ws_call(good, {"type": "step", "data": {"answer": expected[i]["answer"]}})["data"]["reward"] == 1.0
+        error = slow.receive_json()
+        assert error["data"]["code"] == "DATASET_TOO_COSTLY" and "DATASET_BUILD_TIMEOUT_S=1s" in error["data"]["message"]
+        assert ws_call(slow, {"type": "reset", "data": CHAIN})["type"] == "observation"
+    health = slow_client.get("/health").json()
+    assert health["dataset_worker_restarts"] == 1 and health["active_sessions"] == 0
+
+
+def test_http_sessions_have_their_own_cap(slow_client: TestClient) -> None:
+    for _ in range(2):
+        assert slow_client.post("/reset", json={"open_session": True}).status_code == 200
+    refused = slow_client.post("/reset", json={"open_session": True})
+    assert refused.status_code == 503 and "MAX_HTTP_SESSIONS" in refused.json()["detail"]["message"]
+    with slow_client.websocket_connect("/ws") as ws:  # WebSocket slots are still free
+        assert ws_call(ws, {"type": "reset", "data": {}})["type"] == "observation"
+    assert slow_client.post("/reset", json={}).status_code == 200  # and stateless resets need none

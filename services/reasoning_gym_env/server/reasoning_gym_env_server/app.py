@@ -8,7 +8,10 @@ from typing import Any, AsyncIterator, Optional
 
 from fastapi import FastAPI
 
+from .environment import ReasoningGymEnvironment
 from .http_api import HTTPError, http_error_response, router
+from .pool import WorkerPool
+from .ratelimit import RateLimitedLog
 from .sessions import SessionRegistry
 from .settings import Settings
 from .websocket import Receive, Send, serve_session
@@ -21,7 +24,13 @@ class EnvServerApp:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.registry = SessionRegistry(settings.max_concurrent_envs, settings.session_idle_timeout_s)
+        notices = RateLimitedLog(log, settings.log_lines_per_minute)
+        self.pool = WorkerPool(settings.dataset_workers, settings.dataset_build_timeout_s,
+                               settings.dataset_build_memory_mb, settings.max_message_bytes, notices)
+        self.registry = SessionRegistry(
+            settings.max_concurrent_envs, settings.max_http_sessions, settings.session_idle_timeout_s,
+            lambda: ReasoningGymEnvironment(self.pool, settings.max_dataset_size), notices,
+        )
         self.http = _http_app(self)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -36,29 +45,36 @@ def _http_app(server: EnvServerApp) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await server.pool.start()
         reaper = asyncio.create_task(server.registry.run_reaper(), name="session-reaper")
         # Start-up objects (FastAPI, pydantic, reasoning-gym tables) never die: keep them out of
         # the collector's full passes, which otherwise show up as latency spikes under load.
         gc.freeze()
         log.info(
             "reasoning-gym env server ready: http://%s:%d (WebSocket ws://%s:%d/ws), MAX_CONCURRENT_ENVS=%d, "
-            "SESSION_IDLE_TIMEOUT_S=%g, MAX_MESSAGE_BYTES=%d",
+            "MAX_HTTP_SESSIONS=%d, SESSION_IDLE_TIMEOUT_S=%g, MAX_MESSAGE_BYTES=%d, DATASET_WORKERS=%d, "
+            "DATASET_BUILD_TIMEOUT_S=%g, DATASET_BUILD_MEMORY_MB=%d, MAX_DATASET_SIZE=%d",
             settings.host, settings.port, settings.host, settings.port, settings.max_concurrent_envs,
-            settings.session_idle_timeout_s, settings.max_message_bytes,
+            settings.max_http_sessions, settings.session_idle_timeout_s, settings.max_message_bytes,
+            settings.dataset_workers, settings.dataset_build_timeout_s, settings.dataset_build_memory_mb,
+            settings.max_dataset_size,
         )
         try:
             yield
         finally:
             reaper.cancel()
+            await server.pool.close()
 
     app = FastAPI(title="reasoning-gym OpenEnv server", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.registry = server.registry
+    app.state.pool = server.pool
     app.add_exception_handler(HTTPError, http_error_response)
     app.include_router(router)
     return app
 
 
 def create_app(settings: Optional[Settings] = None) -> EnvServerApp:
-    """Build the server: HTTP routes, the ``/ws`` session endpoint and the idle-session reaper."""
+    """Build the server: HTTP routes, the ``/ws`` session endpoint, the idle-session reaper and the
+    dataset worker processes (started and stopped with the ASGI lifespan)."""
     return EnvServerApp(settings or Settings.from_env())

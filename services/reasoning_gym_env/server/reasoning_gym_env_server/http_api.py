@@ -1,9 +1,10 @@
 """HTTP endpoints: OpenEnv's ``/health /schema /metadata /reset /step /state`` plus ``/datasets``.
 
-HTTP is stateless upstream (each call builds a fresh environment). Here ``/reset`` also opens an
-HTTP session and returns its ``session_id``; passing it to ``/step``, ``/state`` and ``/reset``
-continues that episode, so full episodes work over plain HTTP. Sessions count against
-``MAX_CONCURRENT_ENVS`` and are reaped when idle, like WebSocket ones.
+HTTP is stateless, as upstream: ``POST /reset`` answers from a fresh environment and keeps
+nothing. A client that asks for a session (``"open_session": true``) gets a ``session_id``;
+passing it to ``/step``, ``/state`` and ``/reset`` continues that episode, so full episodes work
+over plain HTTP. Sessions count against ``MAX_CONCURRENT_ENVS`` (and ``MAX_HTTP_SESSIONS``) and are
+reaped when idle, like WebSocket ones.
 """
 
 from typing import Any, Optional
@@ -16,12 +17,17 @@ from openenv.core.env_server.types import State
 from pydantic import ValidationError
 from reasoning_gym_env import ReasoningGymAction, ReasoningGymObservation
 
-from .environment import ReasoningGymEnvironment, dataset_names
+from .environment import METADATA
 from .errors import CapacityError, EnvInputError, ErrorCode
+from .pool import WorkerPool
 from .protocol import parse_action, validation_errors
 from .sessions import Session, SessionRegistry
+from .spec import dataset_names
 
 router = APIRouter()
+
+# Status of an environment error by its code (anything else from the environment is bad input).
+ENV_ERROR_STATUS = {ErrorCode.SESSION_ERROR: 409, ErrorCode.DATASET_TOO_COSTLY: 422, ErrorCode.DATASET_ERROR: 422}
 
 
 class HTTPError(Exception):
@@ -36,6 +42,10 @@ class HTTPError(Exception):
 def http_error_response(_: Request, exc: HTTPError) -> JSONResponse:
     """Exception handler turning ``HTTPError`` into its JSON response."""
     return JSONResponse(exc.body, status_code=exc.status)
+
+
+def _env_error(exc: EnvInputError) -> HTTPError:
+    return HTTPError(ENV_ERROR_STATUS.get(exc.code, 400), str(exc), exc.code)
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -65,27 +75,33 @@ def _session(registry: SessionRegistry, session_id: Any) -> Session:
     session = registry.get(session_id) if isinstance(session_id, str) else None
     if session is None:
         raise HTTPError(
-            404, f"Unknown or expired session_id {session_id!r}; POST /reset without one to start", ErrorCode.SESSION_ERROR
+            404, f"Unknown or expired session_id {str(session_id)[:100]!r}; POST /reset with \"open_session\": true to start one", ErrorCode.SESSION_ERROR
         )
     session.touch()
     return session
 
 
-def _observation_reply(observation: ReasoningGymObservation, session: Session) -> Response:
-    return _json({**serialize_observation(observation), "session_id": session.id})
+def _observation_reply(observation: ReasoningGymObservation, session: Optional[Session]) -> Response:
+    reply = serialize_observation(observation)
+    return _json({**reply, "session_id": session.id} if session is not None else reply)
 
 
 @router.get("/health")
 async def health(request: Request) -> Response:
     """Liveness plus capacity: active and maximum sessions."""
     registry: SessionRegistry = request.app.state.registry
+    pool: WorkerPool = request.app.state.pool
     return _json(
         {
             "status": "healthy",
             "active_sessions": registry.active,
             "max_sessions": registry.max_sessions,
+            "active_http_sessions": registry.active_http,
+            "max_http_sessions": registry.max_http_sessions,
             "session_idle_timeout_s": registry.idle_timeout_s,
             "reaped_sessions": registry.reaped_total,
+            "dataset_workers": pool.size,
+            "dataset_worker_restarts": pool.restarts,
         }
     )
 
@@ -107,7 +123,7 @@ async def schema() -> Response:
 @router.get("/metadata")
 async def metadata() -> Response:
     """Environment name, description and version."""
-    return _json(ReasoningGymEnvironment().get_metadata().model_dump())
+    return _json(METADATA.model_dump())
 
 
 @router.get("/datasets")
@@ -118,27 +134,38 @@ async def datasets() -> Response:
 
 @router.post("/reset")
 async def reset(request: Request) -> Response:
-    """Start an episode; body: reset arguments, optionally ``session_id`` to continue a session."""
+    """Start an episode; body: reset arguments, plus ``session_id`` to continue an HTTP session or
+    ``"open_session": true`` to open one. Without either the call is stateless and holds no slot."""
     registry: SessionRegistry = request.app.state.registry
     kwargs = await _read_object(request)
     session_id: Optional[str] = kwargs.pop("session_id", None)
+    open_session = kwargs.pop("open_session", False)
+    if not isinstance(open_session, bool):
+        raise HTTPError(400, f"'open_session' must be true or false, got {open_session!r}"[:300], ErrorCode.VALIDATION_ERROR)
     if session_id is not None:
-        session = _session(registry, session_id)
-        created = False
-    else:
+        session: Optional[Session] = _session(registry, session_id)
+    elif open_session:
         try:
             session = registry.open("http")
         except CapacityError as exc:
+            registry.notices.warning("refused HTTP session: %s", exc)
             raise HTTPError(
                 503, str(exc), ErrorCode.CAPACITY_REACHED, active_sessions=exc.active, max_sessions=exc.maximum
             ) from None
-        created = True
+    else:
+        session = None
+    env = session.env if session is not None else registry.new_env()
     try:
-        observation = session.env.reset(**kwargs)
-    except EnvInputError as exc:
-        if created:
-            registry.close(session)
-        raise HTTPError(400, str(exc), exc.code) from None
+        observation = await env.reset(**kwargs)
+    except BaseException as exc:
+        if session is not None and session_id is None:
+            registry.close(session)  # the slot this call opened
+        if isinstance(exc, EnvInputError):
+            raise _env_error(exc) from None
+        raise
+    finally:
+        if session is None:
+            env.close()
     return _observation_reply(observation, session)
 
 
@@ -149,7 +176,8 @@ async def step(request: Request) -> Response:
     if "session_id" not in body:
         raise HTTPError(
             409,
-            "step() before reset(): POST /reset first and pass its 'session_id' (or use the WebSocket /ws)",
+            "step() needs a session: POST /reset with \"open_session\": true and pass its 'session_id' "
+            "(or use the WebSocket /ws)",
             ErrorCode.SESSION_ERROR,
         )
     session = _session(request.app.state.registry, body["session_id"])
@@ -158,9 +186,9 @@ async def step(request: Request) -> Response:
     except ValidationError as exc:
         raise HTTPError(422, "Invalid action", ErrorCode.VALIDATION_ERROR, errors=validation_errors(exc)) from None
     try:
-        observation = session.env.step(action)
+        observation = await session.env.step(action)
     except EnvInputError as exc:
-        raise HTTPError(409, str(exc), exc.code) from None
+        raise _env_error(exc) from None
     return _observation_reply(observation, session)
 
 
@@ -168,7 +196,7 @@ async def step(request: Request) -> Response:
 async def state(request: Request, session_id: Optional[str] = None) -> Response:
     """State of an HTTP session, or of a fresh environment without ``session_id``."""
     if session_id is None:
-        return _json(ReasoningGymEnvironment().state.model_dump())
+        return _json(request.app.state.registry.new_env().state.model_dump())
     return _json(_session(request.app.state.registry, session_id).env.state.model_dump())
 
 

@@ -5,7 +5,6 @@ layers between the socket and the environment, and at thousands of messages per 
 core those layers cost more than the environment itself (see bench/env_server_load.py).
 """
 
-import logging
 from typing import Any, Awaitable, Callable
 
 import orjson
@@ -14,8 +13,6 @@ from .errors import CapacityError, ErrorCode
 from .protocol import error_frame, handle_frame
 from .sessions import SessionRegistry
 from .settings import Settings
-
-log = logging.getLogger("reasoning_gym_env_server.websocket")
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -52,7 +49,7 @@ async def serve_session(
     try:
         session = registry.open("ws", on_expire=expire)
     except CapacityError as exc:
-        log.warning("refused WebSocket session: %s", exc)
+        registry.notices.warning("refused WebSocket session: %s", exc)
         await send(_text(error_frame(str(exc), ErrorCode.CAPACITY_REACHED, active_sessions=exc.active, max_sessions=exc.maximum)))
         await close(CLOSE_TRY_AGAIN_LATER)
         return
@@ -75,7 +72,7 @@ async def serve_session(
                 except orjson.JSONDecodeError as exc:
                     reply = error_frame(f"Invalid JSON: {exc}", ErrorCode.INVALID_JSON)
                 else:
-                    reply = handle_frame(session.env, frame)
+                    reply = await handle_frame(session.env, frame)
                     if reply is None:
                         await close(1000)
                         break

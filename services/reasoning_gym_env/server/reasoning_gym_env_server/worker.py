@@ -1,0 +1,163 @@
+"""The code a dataset worker process runs: build datasets, generate entries, score answers.
+
+Everything that runs reasoning-gym code with client-chosen inputs runs here, in a process the
+server kills when a call overruns its deadline, with its address space capped (``RLIMIT_AS``) so an
+oversized build fails with ``MemoryError`` instead of growing the server. Requests and replies are
+pickled tuples, each framed by an 8-byte length, over a socket to the server (``pool.py``).
+"""
+
+import pickle
+import resource
+import signal
+import socket
+import struct
+import time
+from collections import OrderedDict
+from typing import Any
+
+import reasoning_gym
+from reasoning_gym.composite import DatasetSpec
+from reasoning_gym.dataset import ProceduralDataset
+
+from .spec import DatasetRequest
+
+FRAME = struct.Struct("!Q")
+# Datasets a worker keeps built (least recently used evicted): a session's later questions and
+# scoring usually reuse the one its reset built.
+CACHED_DATASETS = 8
+# A batch of entries stops growing after this long (it always holds at least one entry).
+BATCH_TIME_S = 0.05
+# The exceptions reasoning-gym raises for a config it rejects (its dataclasses' validate()).
+CONFIG_ERRORS = (TypeError, ValueError, AssertionError, KeyError)
+
+
+def send_frame(sock: socket.socket, payload: Any) -> None:
+    """Pickle ``payload`` and send it with its length prefix."""
+    data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(FRAME.pack(len(data)) + data)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise EOFError("server closed the worker socket")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock: socket.socket) -> Any:
+    """Receive one length-prefixed pickled payload."""
+    (size,) = FRAME.unpack(_recv_exactly(sock, FRAME.size))
+    return pickle.loads(_recv_exactly(sock, size))
+
+
+class ConfigRejected(Exception):
+    """reasoning-gym rejected the dataset's config."""
+
+
+class EntryTooLarge(Exception):
+    """A generated entry is over the size limit."""
+
+
+class DatasetCache:
+    """Built datasets by ``DatasetRequest.key``, least recently used evicted."""
+
+    def __init__(self, capacity: int = CACHED_DATASETS) -> None:
+        self._capacity = capacity
+        self._datasets: OrderedDict[str, ProceduralDataset] = OrderedDict()
+
+    def get(self, request: DatasetRequest) -> ProceduralDataset:
+        """The built dataset; raises ``ConfigRejected`` for a config reasoning-gym rejects."""
+        key = request.key
+        dataset = self._datasets.get(key)
+        if dataset is None:
+            dataset = build(request)
+            self._datasets[key] = dataset
+            while len(self._datasets) > self._capacity:
+                self._datasets.popitem(last=False)
+        self._datasets.move_to_end(key)
+        return dataset
+
+
+def build(request: DatasetRequest) -> ProceduralDataset:
+    """``reasoning_gym.create_dataset`` for ``request``, as upstream's server calls it."""
+    if request.specs:
+        kwargs: dict[str, Any] = {"datasets": [DatasetSpec(name, weight, config) for name, weight, config in request.specs]}
+    else:
+        kwargs = dict(request.config)
+    try:
+        return reasoning_gym.create_dataset(request.name, seed=request.seed, size=request.size, **kwargs)
+    except CONFIG_ERRORS as exc:
+        raise ConfigRejected(f"Invalid dataset_config for '{request.name}': {str(exc) or type(exc).__name__}") from exc
+
+
+def entries(
+    cache: DatasetCache, request: DatasetRequest, start: int, count: int, max_bytes: int
+) -> tuple[list[bytes], bool]:
+    """Pickled entries ``start, start + 1, ...`` (wrapping), as many of ``count`` as fit the time
+    and byte budget; at least one, unless that one alone is over ``max_bytes`` (``EntryTooLarge``).
+    Also whether the dataset scores with the library's base ``score_answer`` (see ``base_score``)."""
+    dataset = cache.get(request)
+    began, total, batch = time.monotonic(), 0, []
+    for offset in range(count):
+        blob = pickle.dumps(dataset[(start + offset) % request.size], protocol=pickle.HIGHEST_PROTOCOL)
+        if len(blob) > max_bytes:
+            if not batch:
+                raise EntryTooLarge(f"question {(start + offset) % request.size} takes {len(blob)} bytes, over MAX_MESSAGE_BYTES={max_bytes}")
+            break
+        batch.append(blob)
+        total += len(blob)
+        if total >= max_bytes or time.monotonic() - began > BATCH_TIME_S:
+            break
+    return batch, type(dataset).score_answer is ProceduralDataset.score_answer
+
+
+def base_score(answer: str, entry: dict[str, Any]) -> float:
+    """reasoning-gym's base ``score_answer`` (exact match, else the oracle's share of an answer that
+    contains it): linear in the answer's length, so the server runs it inline. It reads nothing of
+    the dataset."""
+    return float(ProceduralDataset.score_answer(None, answer=answer, entry=entry))  # type: ignore[arg-type]
+
+
+def score(cache: DatasetCache, request: DatasetRequest, entry: bytes, answer: str) -> float:
+    """The dataset's own ``score_answer`` for ``answer`` against the pickled ``entry``."""
+    return float(cache.get(request).score_answer(answer=answer, entry=pickle.loads(entry)))
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[0]) * resource.getpagesize()
+
+
+def serve(sock: socket.socket, memory_mb: int) -> None:
+    """Worker main loop: answer requests until the server closes the socket.
+
+    Replies are ``("ok", value)``, ``("invalid", message)`` for a config reasoning-gym rejects,
+    ``("too_large", message)``, ``("memory", message)`` (then the worker exits: its heap is
+    suspect) or ``("error", message)`` for any other exception of reasoning-gym's.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
+    limit = _address_space_bytes() + memory_mb * (1 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    cache = DatasetCache()
+    handlers = {"entries": lambda *args: entries(cache, *args), "score": lambda *args: score(cache, *args)}
+    while True:
+        try:
+            kind, *args = recv_frame(sock)
+        except EOFError:
+            return
+        try:
+            reply: tuple[str, Any] = ("ok", handlers[kind](*args))
+        except ConfigRejected as exc:
+            reply = ("invalid", str(exc))
+        except EntryTooLarge as exc:
+            reply = ("too_large", str(exc))
+        except MemoryError:
+            send_frame(sock, ("memory", f"ran out of its DATASET_BUILD_MEMORY_MB={memory_mb} memory bound"))
+            return
+        except Exception as exc:  # a reasoning-gym bug on this input: reported, the worker lives on
+            reply = ("error", f"{type(exc).__name__}: {exc}"[:2000])
+        send_frame(sock, reply)
