@@ -72,3 +72,15 @@ def test_rate_limited_log_lets_n_lines_through_per_window_then_counts(monkeypatc
         assert caplog.records[-1].getMessage().startswith("suppressed 47 log lines")
         limited.warning("next window")
         assert caplog.records[-1].getMessage() == "next window"
+
+
+def test_rate_limited_log_as_a_filter_limits_only_warnings_and_shares_the_allowance(monkeypatch) -> None:
+    monkeypatch.setattr(ratelimit.time, "monotonic", lambda: 5000.0)
+    limited = RateLimitedLog(logging.getLogger("limited"), per_minute=2)
+
+    def record(level: int) -> logging.LogRecord:
+        return logging.LogRecord("uvicorn.error", level, __file__, 1, "Invalid HTTP request received.", None, None)
+
+    limited.warning("ours")
+    assert [limited.filter(record(logging.WARNING)) for _ in range(3)] == [True, False, False]
+    assert limited.filter(record(logging.INFO))  # start-up lines always pass

@@ -24,7 +24,7 @@ class EnvServerApp:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        notices = RateLimitedLog(log, settings.log_lines_per_minute)
+        self.notices = notices = RateLimitedLog(log, settings.log_lines_per_minute)
         self.pool = WorkerPool(settings.dataset_workers, settings.dataset_build_timeout_s,
                                settings.dataset_build_memory_mb, settings.max_message_bytes, notices)
         self.registry = SessionRegistry(
@@ -45,6 +45,8 @@ def _http_app(server: EnvServerApp) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # uvicorn logs one line per malformed request or protocol error: same allowance as ours.
+        logging.getLogger("uvicorn.error").addFilter(server.notices)
         await server.pool.start()
         reaper = asyncio.create_task(server.registry.run_reaper(), name="session-reaper")
         # Start-up objects (FastAPI, pydantic, reasoning-gym tables) never die: keep them out of
@@ -64,6 +66,7 @@ def _http_app(server: EnvServerApp) -> FastAPI:
         finally:
             reaper.cancel()
             await server.pool.close()
+            logging.getLogger("uvicorn.error").removeFilter(server.notices)
 
     app = FastAPI(title="reasoning-gym OpenEnv server", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings

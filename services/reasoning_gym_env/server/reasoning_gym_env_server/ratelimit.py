@@ -7,7 +7,10 @@ import time
 class RateLimitedLog:
     """Logs at most ``per_minute`` lines per 60 s window to ``logger``; the lines over the limit are
     counted and reported in one "suppressed" line when the window is over (on the next line logged
-    or the next ``flush``), so a flood of bad requests cannot flood the log."""
+    or the next ``flush``), so a flood of bad requests cannot flood the log.
+
+    Also a logging filter: added to another logger (uvicorn's error log), its warnings and errors
+    share the same allowance."""
 
     WINDOW_S = 60.0
 
@@ -20,16 +23,24 @@ class RateLimitedLog:
 
     def log(self, level: int, message: str, *args: object) -> None:
         """Log ``message % args`` at ``level`` unless this window's allowance is spent."""
-        self.flush()
-        if self._logged < self.per_minute:
-            self._logged += 1
+        if self._allow():
             self.logger.log(level, message, *args)
-        else:
-            self._suppressed += 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """``logging.Filter`` protocol: let a warning or error through only within the allowance."""
+        return record.levelno < logging.WARNING or self._allow()
 
     def warning(self, message: str, *args: object) -> None:
         """``log`` at WARNING."""
         self.log(logging.WARNING, message, *args)
+
+    def _allow(self) -> bool:
+        self.flush()
+        if self._logged < self.per_minute:
+            self._logged += 1
+            return True
+        self._suppressed += 1
+        return False
 
     def flush(self) -> None:
         """If the window is over, report what it suppressed and start a new one."""
