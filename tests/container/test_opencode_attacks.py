@@ -18,7 +18,7 @@ import pytest
 from tests.container.conftest import start_opencode_env, wait_healthy
 from tests.container.test_opencode_env import create, in_container, sandbox_uid, task, wait
 
-PROXY_PORT_BASE, AGENT_PORT_BASE, UID_BASE = 42000, 41000, 20000
+PROXY_PORT_BASE, AGENT_PORT_BASE, UID_BASE = 24000, 41000, 20000
 
 
 def run_attack(url: str, script: str, limits: dict | None = None, **extra) -> tuple[dict, str]:

@@ -126,7 +126,7 @@ def test_turn_cap_stops_a_looping_agent_and_leaves_no_process(opencode_env) -> N
     url = opencode_env.url
     rollout = create(url, task(limits={"max_turns": 4, "wall_s": 240}))
     status = wait(url, rollout["rollout_id"])
-    assert status["status"] == "stopped" and status["turns"] == 4
+    assert status["status"] == "stopped" and status["turns"] == 4, status
     assert pids_of(opencode_env, sandbox_uid(opencode_env, rollout["rollout_id"])) == set()
     httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
@@ -173,9 +173,9 @@ PORT_PROBE = ("import socket,sys\n"
 
 def test_network_reaches_only_the_seats_own_proxy_port(opencode_env) -> None:
     # Each free seat (3 slots + 1 spare) runs its next OpenCode server on 127.0.0.1:41000+seat and
-    # reaches the proxy on 127.0.0.1:42000+seat.
+    # reaches the proxy on 127.0.0.1:24000+seat.
     wait_healthy(f"{opencode_env.url}/health", timeout_s=120, until=lambda health: health["warm_agents"] >= 1)
-    agent_ports, proxy_ports = [41000, 41001, 41002, 41003], [42000, 42001, 42002, 42003]
+    agent_ports, proxy_ports = [41000, 41001, 41002, 41003], [24000, 24001, 24002, 24003]
     as_root = in_container(opencode_env, "python3", "-c", PORT_PROBE + f"print([ok('127.0.0.1',p) for p in {agent_ports}])")
     assert "True" in as_root.stdout, as_root  # the service reaches the warm servers...
     probe = PORT_PROBE + ("print(ok('127.0.0.1',8000), ok('inference',8000), ok('172.17.0.1',80), ok('1.1.1.1',443),"

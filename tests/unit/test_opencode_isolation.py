@@ -40,7 +40,7 @@ def test_seat_ports_upstreams_and_overlaps() -> None:
     settings = Settings(max_concurrent_rollouts=2, agent_spares=1, inference_url="http://inference:8000",
                         allowed_upstreams=("http://other:9000",))
     assert settings.seats == 3
-    assert [settings.seat_of_proxy_port(p) for p in (42000, 42002, 42003, 8000)] == [0, 2, None, None]
+    assert [settings.seat_of_proxy_port(p) for p in (24000, 24002, 24003, 8000)] == [0, 2, None, None]
     assert settings.upstream_allowed("http://inference:8000/v1/") and settings.upstream_allowed("http://other:9000")
     assert not settings.upstream_allowed("http://10.0.0.1:22")
     assert normalize_upstream("http://x:1/v1/") == "http://x:1"

@@ -301,12 +301,15 @@ def kill_uid(uid: int, timeout_s: float = 1.0) -> int:
 
 
 def clean_stale(root: Path, uids: range) -> int:
-    """Remove every sandbox left by an earlier run of the service and what its uids still hold;
-    returns how many sandboxes were removed."""
+    """Make the sandbox root (0711: each uid may pass to its own sandbox, list none) empty: remove
+    every sandbox left by an earlier run of the service and what its uids still hold; returns how
+    many sandboxes were removed."""
     for uid in uids:
         kill_uid(uid)
         usage.remove_sysv_objects(uid)
-    stale = [entry.path for entry in os.scandir(root)] if root.exists() else []
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o711)
+    stale = [entry.path for entry in os.scandir(root)]
     for path in stale:
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)

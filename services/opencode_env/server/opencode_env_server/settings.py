@@ -23,7 +23,7 @@ class Settings:
     agent_prewarm: bool = True
     agent_spares: int = 1
     agent_port_base: int = 41000
-    sandbox_proxy_port_base: int = 42000
+    sandbox_proxy_port_base: int = 24000
     allowed_upstreams: tuple[str, ...] = ()  # empty: only inference_url
     max_body_bytes: int = 16 << 20
 
