@@ -76,11 +76,11 @@ class WorkerPool:
         """Pickled entries from index ``start`` on (wrapping), at least one, at most ``count``; and
         whether the dataset scores with reasoning-gym's base scorer (``worker.base_score``)."""
         what = f"building '{request.name}' and generating question {start}"
-        return await self._call(("entries", request, start, count, self.max_entry_bytes), what)
+        return await self._call(("entries", request.wire, start, count, self.max_entry_bytes), what)
 
     async def score(self, request: DatasetRequest, entry: bytes, answer: str) -> float:
         """The dataset's ``score_answer(answer, entry)`` for a pickled ``entry``."""
-        return await self._call(("score", request, entry, answer), f"scoring an answer for '{request.name}'")
+        return await self._call(("score", request.wire, entry, answer), f"scoring an answer for '{request.name}'")
 
     async def _spawn(self) -> _Worker:
         parent, child = socket.socketpair()

@@ -5,10 +5,11 @@ description costs to build, generate and score is bounded by the worker processe
 """
 
 import math
+import pickle
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional
 
-import orjson
 from reasoning_gym.factory import DATASETS
 
 from .errors import EnvInputError
@@ -32,8 +33,8 @@ class DatasetRequest:
     """A checked dataset description: what the worker passes to ``reasoning_gym.create_dataset``.
 
     ``config`` holds the dataset's keyword arguments; for ``composite`` it is empty and ``specs``
-    holds ``(name, weight, config)`` triples. ``key`` is the canonical JSON of it all, equal for
-    equal datasets (reasoning-gym datasets are deterministic in their seed).
+    holds ``(name, weight, config)`` triples. ``wire`` is its pickled form, computed once: what
+    every worker call carries and what workers key their built datasets by.
     """
 
     name: str
@@ -42,11 +43,10 @@ class DatasetRequest:
     config: dict[str, Any]
     specs: tuple[tuple[str, float, dict[str, Any]], ...] = ()
 
-    @property
-    def key(self) -> str:
-        """Canonical JSON identifying the dataset."""
-        return orjson.dumps([self.name, self.seed, self.size, self.config, self.specs],
-                            option=orjson.OPT_SORT_KEYS).decode()
+    @cached_property
+    def wire(self) -> bytes:
+        """The request pickled (equal for requests built from the same arguments)."""
+        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _require_int(name: str, value: Any, minimum: int, maximum: int) -> int:

@@ -13,7 +13,7 @@ import socket
 import struct
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, BinaryIO
 
 import reasoning_gym
 from reasoning_gym.composite import DatasetSpec
@@ -37,21 +37,17 @@ def send_frame(sock: socket.socket, payload: Any) -> None:
     sock.sendall(FRAME.pack(len(data)) + data)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    chunks, left = [], n
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            raise EOFError("server closed the worker socket")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+def _read_exactly(stream: BinaryIO, n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) < n:
+        raise EOFError("server closed the worker socket")
+    return data
 
 
-def recv_frame(sock: socket.socket) -> Any:
-    """Receive one length-prefixed pickled payload."""
-    (size,) = FRAME.unpack(_recv_exactly(sock, FRAME.size))
-    return pickle.loads(_recv_exactly(sock, size))
+def recv_frame(stream: BinaryIO) -> Any:
+    """Read one length-prefixed pickled payload from the socket's buffered reader."""
+    (size,) = FRAME.unpack(_read_exactly(stream, FRAME.size))
+    return pickle.loads(_read_exactly(stream, size))
 
 
 class ConfigRejected(Exception):
@@ -63,22 +59,22 @@ class EntryTooLarge(Exception):
 
 
 class DatasetCache:
-    """Built datasets by ``DatasetRequest.key``, least recently used evicted."""
+    """Built datasets by ``DatasetRequest.wire``, least recently used evicted."""
 
     def __init__(self, capacity: int = CACHED_DATASETS) -> None:
         self._capacity = capacity
-        self._datasets: OrderedDict[str, ProceduralDataset] = OrderedDict()
+        self._datasets: OrderedDict[bytes, ProceduralDataset] = OrderedDict()
 
-    def get(self, request: DatasetRequest) -> ProceduralDataset:
-        """The built dataset; raises ``ConfigRejected`` for a config reasoning-gym rejects."""
-        key = request.key
-        dataset = self._datasets.get(key)
+    def get(self, wire: bytes) -> ProceduralDataset:
+        """The dataset of a pickled ``DatasetRequest``, built on first use; raises ``ConfigRejected``
+        for a config reasoning-gym rejects."""
+        dataset = self._datasets.get(wire)
         if dataset is None:
-            dataset = build(request)
-            self._datasets[key] = dataset
+            dataset = build(pickle.loads(wire))
+            self._datasets[wire] = dataset
             while len(self._datasets) > self._capacity:
                 self._datasets.popitem(last=False)
-        self._datasets.move_to_end(key)
+        self._datasets.move_to_end(wire)
         return dataset
 
 
@@ -94,19 +90,18 @@ def build(request: DatasetRequest) -> ProceduralDataset:
         raise ConfigRejected(f"Invalid dataset_config for '{request.name}': {str(exc) or type(exc).__name__}") from exc
 
 
-def entries(
-    cache: DatasetCache, request: DatasetRequest, start: int, count: int, max_bytes: int
-) -> tuple[list[bytes], bool]:
+def entries(cache: DatasetCache, wire: bytes, start: int, count: int, max_bytes: int) -> tuple[list[bytes], bool]:
     """Pickled entries ``start, start + 1, ...`` (wrapping), as many of ``count`` as fit the time
     and byte budget; at least one, unless that one alone is over ``max_bytes`` (``EntryTooLarge``).
     Also whether the dataset scores with the library's base ``score_answer`` (see ``base_score``)."""
-    dataset = cache.get(request)
+    dataset = cache.get(wire)
+    size = len(dataset)
     began, total, batch = time.monotonic(), 0, []
     for offset in range(count):
-        blob = pickle.dumps(dataset[(start + offset) % request.size], protocol=pickle.HIGHEST_PROTOCOL)
+        blob = pickle.dumps(dataset[(start + offset) % size], protocol=pickle.HIGHEST_PROTOCOL)
         if len(blob) > max_bytes:
             if not batch:
-                raise EntryTooLarge(f"question {(start + offset) % request.size} takes {len(blob)} bytes, over MAX_MESSAGE_BYTES={max_bytes}")
+                raise EntryTooLarge(f"question {(start + offset) % size} takes {len(blob)} bytes, over MAX_MESSAGE_BYTES={max_bytes}")
             break
         batch.append(blob)
         total += len(blob)
@@ -122,9 +117,9 @@ def base_score(answer: str, entry: dict[str, Any]) -> float:
     return float(ProceduralDataset.score_answer(None, answer=answer, entry=entry))  # type: ignore[arg-type]
 
 
-def score(cache: DatasetCache, request: DatasetRequest, entry: bytes, answer: str) -> float:
+def score(cache: DatasetCache, wire: bytes, entry: bytes, answer: str) -> float:
     """The dataset's own ``score_answer`` for ``answer`` against the pickled ``entry``."""
-    return float(cache.get(request).score_answer(answer=answer, entry=pickle.loads(entry)))
+    return float(cache.get(wire).score_answer(answer=answer, entry=pickle.loads(entry)))
 
 
 def _address_space_bytes() -> int:
@@ -143,10 +138,11 @@ def serve(sock: socket.socket, memory_mb: int) -> None:
     limit = _address_space_bytes() + memory_mb * (1 << 20)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     cache = DatasetCache()
+    stream = sock.makefile("rb")
     handlers = {"entries": lambda *args: entries(cache, *args), "score": lambda *args: score(cache, *args)}
     while True:
         try:
-            kind, *args = recv_frame(sock)
+            kind, *args = recv_frame(stream)
         except EOFError:
             return
         try:
