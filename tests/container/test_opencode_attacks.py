@@ -208,26 +208,29 @@ def test_held_out_data_and_other_seats_secrets_are_unreadable_by_sandbox_uids(op
     url = opencode_env.url
     secret = "HELD-OUT-MARKER-7731"
     rollout = create(url, task(verify_commands=[f"sleep 3; test -f solution.py && echo {secret}"]))
-    wait(url, rollout["rollout_id"])
     other = str(UID_BASE + 3)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        verifying = pool.submit(httpx.post, f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=120)
-        seen_in_ps = ""
-        while not verifying.done():
-            seen_in_ps += in_container(opencode_env, "setpriv", f"--reuid={other}", f"--regid={other}", "--clear-groups",
-                                       "ps", "-eo", "args").stdout
-        verdict = verifying.result().json()
-    assert verdict["passed"] == verdict["total"] == 3, verdict
-    assert secret not in seen_in_ps
-    rid = rollout["rollout_id"]
-    paths = [f"/data/traces/{rid}.json", f"/data/traces/{rid}.turns.jsonl", f"/sandboxes/{rid}.agent.log",
-             f"/sandboxes/{rid}/agent.log", f"/sandboxes/{rid}/opencode.json"]
-    seats = [s for s in in_container(opencode_env, "ls", "/sandboxes").stdout.split() if sandbox_uid(opencode_env, s) != other]
-    paths += [f"/sandboxes/{s}/{p}" for s in seats for p in ("opencode.json", "home/.config/opencode/opencode.json")]
-    readable = [p for p in paths if in_container(opencode_env, "setpriv", f"--reuid={other}", f"--regid={other}",
-                                                 "--clear-groups", "head", "-c1", p).returncode == 0]
-    close(url, rollout)
-    assert readable == []
+    try:
+        assert wait(url, rollout["rollout_id"])["status"] == "stopped"
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            verifying = pool.submit(httpx.post, f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=120)
+            seen_in_ps = ""
+            while not verifying.done():
+                seen_in_ps += in_container(opencode_env, "setpriv", f"--reuid={other}", f"--regid={other}",
+                                           "--clear-groups", "ps", "-eo", "args").stdout
+            verdict = verifying.result().json()
+        assert verdict["passed"] == verdict["total"] == 3, verdict
+        assert secret not in seen_in_ps
+        rid = rollout["rollout_id"]
+        paths = [f"/data/traces/{rid}.json", f"/data/traces/{rid}.turns.jsonl", f"/sandboxes/{rid}.agent.log",
+                 f"/sandboxes/{rid}/agent.log", f"/sandboxes/{rid}/opencode.json"]
+        seats = [s for s in in_container(opencode_env, "ls", "/sandboxes").stdout.split()
+                 if sandbox_uid(opencode_env, s) != other]
+        paths += [f"/sandboxes/{s}/{p}" for s in seats for p in ("opencode.json", "home/.config/opencode/opencode.json")]
+        readable = [p for p in paths if in_container(opencode_env, "setpriv", f"--reuid={other}", f"--regid={other}",
+                                                     "--clear-groups", "head", "-c1", p).returncode == 0]
+        assert readable == []
+    finally:
+        close(url, rollout)
 
 
 def test_no_shared_directory_is_writable_by_a_sandbox_uid(opencode_env) -> None:

@@ -125,10 +125,12 @@ def pids_of(container: DockerContainer, uid: str) -> set[str]:
 def test_turn_cap_stops_a_looping_agent_and_leaves_no_process(opencode_env) -> None:
     url = opencode_env.url
     rollout = create(url, task(limits={"max_turns": 4, "wall_s": 240}))
-    status = wait(url, rollout["rollout_id"])
-    assert status["status"] == "stopped" and status["turns"] == 4, status
-    assert pids_of(opencode_env, sandbox_uid(opencode_env, rollout["rollout_id"])) == set()
-    httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
+    try:
+        status = wait(url, rollout["rollout_id"])
+        assert status["status"] == "stopped" and status["turns"] == 4, status
+        assert pids_of(opencode_env, sandbox_uid(opencode_env, rollout["rollout_id"])) == set()
+    finally:
+        httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
 
 def test_killing_a_running_rollout_leaves_no_process_behind(opencode_env) -> None:

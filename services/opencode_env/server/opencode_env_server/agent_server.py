@@ -48,9 +48,15 @@ class AgentServer:
     async def start(self, env: dict[str, str], log_file: BinaryIO, timeout_s: float = 60.0) -> None:
         """Spawn the server (``env`` must set OPENCODE_SERVER_PASSWORD to ``password``; output to
         ``log_file``) and wait until it answers."""
+        deadline = time.monotonic() + timeout_s
+        # The seat's previous server (killed with its sandbox) may hold the port while its last
+        # threads exit: a new server must not start beside it. Another uid holding it is an attack.
+        while held := usage.listeners(self.port):
+            if any(uid != self.sandbox.uid for uid, _ in held) or time.monotonic() > deadline:
+                raise AgentFailed(f"port {self.port} is held by another socket: (uid, inode) {held}")
+            await asyncio.sleep(0.05)
         self.process = await self.sandbox.spawn(opencode.serve_command(self.binary, self.port), env,
                                                 log_file, asyncio.subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive:
                 raise AgentFailed(f"opencode serve exited with {self.process.returncode} while starting")
