@@ -155,17 +155,17 @@ async def reset(request: Request) -> Response:
     else:
         session = None
     env = session.env if session is not None else registry.new_env()
+    succeeded = False
     try:
         observation = await env.reset(**kwargs)
-    except BaseException as exc:
-        if session is not None and session_id is None:
-            registry.close(session)  # the slot this call opened
-        if isinstance(exc, EnvInputError):
-            raise _env_error(exc) from None
-        raise
+        succeeded = True
+    except EnvInputError as exc:
+        raise _env_error(exc) from None
     finally:
         if session is None:
             env.close()
+        elif not succeeded and session_id is None:
+            registry.close(session)  # a failed reset frees the slot it opened
     return _observation_reply(observation, session)
 
 
