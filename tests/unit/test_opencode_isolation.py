@@ -107,3 +107,33 @@ def test_rate_limit_passes_a_burst_then_counts_what_it_dropped(monkeypatch) -> N
     clock[0] = 11.0
     later = record()
     assert limit.filter(later) and "2 similar lines suppressed" in later.getMessage()
+
+
+def test_a_seat_port_counts_as_ours_only_if_our_process_group_listens_on_it(tmp_path) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from opencode_env_server.agent_server import AgentFailed, AgentServer
+
+    class Started:  # what AgentServer needs of its process: the group leader's pid, alive
+        pid, returncode = os.getpgid(0), None
+
+    mine = socket.create_server(("127.0.0.1", 0))
+    agent = AgentServer(Sandbox(tmp_path, "r", os.getuid(), Limits()), mine.getsockname()[1], http=None)
+    agent.process = Started()
+    agent.check_listener()  # our own group holds the only listener
+    mine.close()
+    with pytest.raises(AgentFailed, match="not served"):
+        agent.check_listener()  # gone
+    foreign = subprocess.Popen([sys.executable, "-c", "import socket, sys, time\n"
+                                "s = socket.create_server(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True)\n"
+                                "time.sleep(30)"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        agent.port = int(foreign.stdout.readline())
+        time.sleep(0.1)
+        with pytest.raises(AgentFailed, match="foreign"):
+            agent.check_listener()  # another process group (another seat's uid, in the service)
+    finally:
+        foreign.kill()
