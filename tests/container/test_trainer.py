@@ -154,7 +154,7 @@ def test_opencode_rollouts_become_training_rows(trainer_image, models_volume, ne
     run = outputs / "async"
     rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
     sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
-    assert len(rows) >= 2 and {r["group_id"] for r in rows} == {0}
+    assert len(rows) >= 2 and {r["group_id"] for r in rows} == {0}, sessions
     assert all(r["reward"] == 1.0 for r in rows)
     traces = {s["rollout_id"]: httpx.get(f"{opencode_env.url}/rollouts/{s['rollout_id']}/trace", timeout=30).json()
               for s in sessions if s["group"] == 0}
