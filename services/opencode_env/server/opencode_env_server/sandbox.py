@@ -53,7 +53,8 @@ _LIST_FILES = """
 import json, os, stat, sys
 max_files, max_bytes, max_total, max_entries = json.load(sys.stdin)
 files, total, seen = {}, 0, 0
-for root, dirs, names in os.walk(".", followlinks=False):
+# By directory fds: a directory swapped for a link mid-walk is skipped, not followed.
+for root, dirs, names, root_fd in os.fwalk(".", follow_symlinks=False):
     dirs[:] = sorted(d for d in dirs if d != ".git")
     for name in sorted(names):
         seen += 1
@@ -61,7 +62,7 @@ for root, dirs, names in os.walk(".", followlinks=False):
             break
         path = os.path.join(root, name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=root_fd)
         except OSError:
             continue
         with os.fdopen(fd, "rb") as f:
