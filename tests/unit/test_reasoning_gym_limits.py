@@ -1,7 +1,9 @@
 """reasoning-gym env server limits: worker deadline, memory bound and replacement; rate-limited log."""
 
 import asyncio
+import contextlib
 import logging
+from typing import AsyncIterator
 
 import pytest
 from reasoning_gym_env_server import ratelimit
@@ -11,15 +13,24 @@ from reasoning_gym_env_server.ratelimit import RateLimitedLog
 from reasoning_gym_env_server.spec import dataset_request
 
 
+@contextlib.asynccontextmanager
+async def started_pool(timeout_s: float) -> AsyncIterator[WorkerPool]:
+    """One worker with a 256 MB bound, closed after the block."""
+    pool = WorkerPool(1, timeout_s=timeout_s, memory_mb=256, max_entry_bytes=1 << 20,
+                      warnings=RateLimitedLog(logging.getLogger("test"), 10))
+    await pool.start()
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
 def test_a_call_past_the_deadline_is_killed_without_blocking_the_loop_and_the_worker_is_replaced() -> None:
     slow = dataset_request("acre", 1, 1_000_000, max_size=1_000_000)
     cheap = dataset_request("chain_sum", 1, 10, max_size=1_000_000)
 
     async def scenario() -> None:
-        pool = WorkerPool(1, timeout_s=1, memory_mb=256, max_entry_bytes=1 << 20,
-                          warnings=RateLimitedLog(logging.getLogger("test"), 10))
-        await pool.start()
-        try:
+        async with started_pool(timeout_s=1) as pool:
             ticks = 0
 
             async def tick() -> None:
@@ -35,8 +46,6 @@ def test_a_call_past_the_deadline_is_killed_without_blocking_the_loop_and_the_wo
             assert ticks > 20  # the loop kept running (about 100 ticks in the 1 s deadline)
             entries, _ = await pool.entries(cheap, 0, 4)  # served by the replacement worker
             assert len(entries) >= 1 and pool.restarts == 1
-        finally:
-            await pool.close()
 
     asyncio.run(scenario())
 
@@ -46,15 +55,10 @@ def test_memory_bound_fails_the_call_and_the_pool_recovers() -> None:
     cheap = dataset_request("chain_sum", 1, 10, max_size=10)
 
     async def scenario() -> None:
-        pool = WorkerPool(1, timeout_s=10, memory_mb=256, max_entry_bytes=1 << 20,
-                          warnings=RateLimitedLog(logging.getLogger("test"), 10))
-        await pool.start()
-        try:
+        async with started_pool(timeout_s=10) as pool:
             with pytest.raises(DatasetTooCostly, match="DATASET_BUILD_MEMORY_MB=256"):
                 await pool.entries(hog, 0, 1)
             assert len((await pool.entries(cheap, 0, 1))[0]) == 1
-        finally:
-            await pool.close()
 
     asyncio.run(scenario())
 
