@@ -9,6 +9,7 @@ from openenv.core.harness import TrainableSession
 
 from opencode_env_client import (OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory, RolloutNotScorable,
                                  ServiceBusyError)
+from opencode_env_client.models import CreatedRollout, RolloutSummary, Task, Verification
 
 TASK = {"task_id": "t1", "instruction": "Write solution.py that reverses a line.",
         "tests": [{"stdin": "ab\n", "expected_stdout": "ba"}]}
@@ -30,16 +31,21 @@ class FakeService:
         if request.method == "POST" and path == "/rollouts":
             if self.busy:
                 return httpx.Response(503, json={"detail": {"message": "all 4 rollout slots are busy"}})
-            return httpx.Response(201, json={"rollout_id": "r1", "api_key": "k", "status": "running"})
+            created = CreatedRollout(rollout_id="r1", task_id="t1", api_key="k", status="running",
+                                     proxy_base_url="http://opencode-env:8000/v1", model="policy")
+            return httpx.Response(201, json=created.model_dump())
         if path == "/rollouts/r1/wait":
             self.waits += 1
-            return httpx.Response(200, json={"status": "completed", "final": self.waits >= 2, "turns": 1,
-                                             "agent_exit_code": 0})
+            final = self.waits >= 2
+            summary = RolloutSummary(rollout_id="r1", task_id="t1", status="completed" if final else "running",
+                                     final=final, turns=1, agent_exit_code=0, created_at=0.0)
+            return httpx.Response(200, json=summary.model_dump())
         if path == "/rollouts/r1/trace":
             return httpx.Response(200, json=TRACE)
         if path == "/rollouts/r1/verify":
-            return httpx.Response(200, json={"reward": self.reward, "passed": 1, "total": 1, "results": [],
-                                             "reason": "not scored: infra_failure (upstream down)"})
+            verification = Verification(reward=self.reward, passed=1, total=1, results=[],
+                                        reason="not scored: infra_failure (upstream down)")
+            return httpx.Response(200, json=verification.model_dump())
         if request.method == "DELETE":
             return httpx.Response(204)
         return httpx.Response(404, json={"detail": {"message": f"unknown rollout {path}"}})
@@ -64,7 +70,8 @@ def test_session_runs_the_harness_protocol():
     session.close()
     session.close()  # idempotent
     created = json.loads(service.requests[0].content)
-    assert created["task"] == TASK and created["sampling"] == {"temperature": 0.7}
+    assert Task.model_validate(created["task"]) == Task.model_validate(TASK)
+    assert created["sampling"] == {"temperature": 0.7} and session.task_id == "t1"
     assert [r.method for r in service.requests].count("DELETE") == 1
 
 

@@ -9,10 +9,10 @@ import stat
 import pytest
 from opencode_env_server.logs import RateLimit
 from opencode_env_server.proxy import request_error
-from opencode_env_server.rollouts import FINAL, INFRA_FAILURE, Prepared, RolloutManager
+from opencode_env_server.rollouts import Prepared, RolloutManager
 from opencode_env_server.sandbox import Sandbox
 from opencode_env_server.settings import Settings, normalize_upstream
-from opencode_env_server.tasks import Limits, RolloutRequest, Task
+from opencode_env_client.models import FINAL, INFRA_FAILURE, Limits, RolloutRequest, Task
 from opencode_env_server.trace import TraceStore
 from opencode_env_server.usage import disk_bytes
 

@@ -4,8 +4,8 @@ import orjson
 import pytest
 from openenv.core.harness.training import TrainingTrace
 from opencode_env_server.proxy import Proxy, StreamAccumulator
-from opencode_env_server.tasks import RolloutRequest, Task
-from opencode_env_server.trace import Turn, extends, training_trace
+from opencode_env_client.models import RolloutRequest, Task, Turn
+from opencode_env_server.trace import extends, training_trace
 from pydantic import ValidationError
 
 
@@ -41,6 +41,10 @@ def test_stream_accumulator_rebuilds_ids_logprobs_and_tool_calls_across_split_ch
 
 class FakeRollout:
     upstream_url, model, sampling = "http://up", "served-model", {"temperature": 0.7}
+    upstream_api_key, record_turns, top_logprobs = None, True, None
+
+    def __init__(self, **fields) -> None:
+        self.__dict__.update(fields)
 
 
 def test_prepare_forces_capture_fields_model_sampling_and_caps_tokens() -> None:
@@ -52,6 +56,15 @@ def test_prepare_forces_capture_fields_model_sampling_and_caps_tokens() -> None:
     assert body["max_tokens"] == 5000  # the agent's request is not mutated
     small = Proxy(http=None).prepare(FakeRollout(), {"messages": [], "max_completion_tokens": 10}, max_tokens=256)  # type: ignore[arg-type]
     assert small["max_tokens"] == 10 and "max_completion_tokens" not in small
+    assert "top_logprobs" not in out
+    assert Proxy(http=None).prepare(FakeRollout(top_logprobs=5), body, max_tokens=8)["top_logprobs"] == 5  # type: ignore[arg-type]
+
+
+def test_black_box_rollouts_are_relayed_as_sent_within_the_budget() -> None:
+    body = {"messages": [], "max_tokens": 5000, "top_logprobs": 3}
+    out = Proxy(http=None).prepare(FakeRollout(record_turns=False, top_logprobs=5), body, max_tokens=256)  # type: ignore[arg-type]
+    assert "logprobs" not in out and "return_token_ids" not in out and out["top_logprobs"] == 3
+    assert out["max_tokens"] == 256 and out["model"] == "served-model"
 
 
 def test_prefix_check() -> None:
@@ -149,7 +162,7 @@ def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_
     from opencode_env_server.rollouts import CapacityError, Prepared, RolloutManager
     from opencode_env_server.sandbox import Sandbox
     from opencode_env_server.settings import Settings
-    from opencode_env_server.tasks import Limits
+    from opencode_env_client.models import Limits
     from opencode_env_server.trace import TraceStore
 
     async def scenario() -> None:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from opencode_env_client.models import Limits
 from trainer.coding_tasks import load_tasks
 from trainer.config import ConfigError, bundled_config, load_config
 from trainer.reporting import format_step, summarize
@@ -50,11 +51,11 @@ def test_shipped_configs_load_by_bare_name(name, monkeypatch, tmp_path):
 
 def test_shipped_task_set_is_graded_with_held_out_tests():
     tasks = load_tasks()
-    assert len(tasks) == 50 and len({t["task_id"] for t in tasks}) == 50
-    assert all(len(t["tests"]) >= 4 and "solution.py" in t["instruction"] for t in tasks)
+    assert len(tasks) == 50 and len({t.task_id for t in tasks}) == 50
+    assert all(len(t.tests) >= 4 and "solution.py" in t.instruction for t in tasks)
     easy = load_tasks(difficulties=[1], limit=3, limits={"max_turns": 4})
-    assert [t["task_id"][:3] for t in easy] == ["c01", "c02", "c03"]
-    assert all(t["limits"] == {"max_turns": 4} for t in easy)
+    assert [t.task_id[:3] for t in easy] == ["c01", "c02", "c03"]
+    assert all(t.limits == Limits(max_turns=4) for t in easy)
 
 
 def test_step_line_and_summary():

@@ -1,7 +1,19 @@
-"""Client of the stack's OpenCode environment service (imports nothing from the server)."""
+"""Client of the stack's OpenCode environment service (imports nothing from the server).
 
-from .client import OpenCodeEnvClient, OpenCodeEnvError, ServiceBusyError
-from .harness import OpenCodeSession, OpenCodeSessionFactory, RolloutNotScorable
+``opencode_env_client.models`` is the service's wire contract; the server imports it too, without
+the client's dependencies, so the HTTP client and the harness sessions are loaded on first use.
+"""
 
-__all__ = ["OpenCodeEnvClient", "OpenCodeEnvError", "ServiceBusyError", "OpenCodeSession", "OpenCodeSessionFactory",
-           "RolloutNotScorable"]
+from typing import Any
+
+_LAZY = {"OpenCodeEnvClient": "client", "OpenCodeEnvError": "client", "ServiceBusyError": "client",
+         "OpenCodeSession": "harness", "OpenCodeSessionFactory": "harness", "RolloutNotScorable": "harness"}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'opencode_env_client' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

@@ -1,8 +1,11 @@
-"""Synchronous HTTP client of the OpenCode environment's rollout API."""
+"""Synchronous HTTP client of the OpenCode environment's rollout API; answers are the typed models
+of ``opencode_env_client.models``."""
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Union
 
 import httpx
+
+from .models import CreatedRollout, Health, RolloutRequest, RolloutSummary, Task, Turn, Verification
 
 
 class OpenCodeEnvError(RuntimeError):
@@ -55,50 +58,48 @@ class OpenCodeEnvClient:
             raise error(f"{method} {path} -> HTTP {response.status_code}: {message}", response.status_code)
         return response
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> Health:
         """``GET /health``: status and rollout capacity."""
-        return self._request("GET", "/health").json()
+        return Health.model_validate(self._request("GET", "/health").json())
 
-    def create_rollout(self, task: dict[str, Any], *, sampling: Optional[dict[str, Any]] = None,
+    def create_rollout(self, task: Union[Task, Mapping[str, Any]], *, sampling: Optional[dict[str, Any]] = None,
                        model: Optional[str] = None, upstream_url: Optional[str] = None,
-                       agent: str = "opencode") -> dict[str, Any]:
-        """Start a rollout of ``task`` (the service's ``Task`` schema); returns id, API key and proxy URL."""
-        body: dict[str, Any] = {"task": task, "agent": agent, "sampling": sampling or {}}
-        if model is not None:
-            body["model"] = model
-        if upstream_url is not None:
-            body["upstream_url"] = upstream_url
-        return self._request("POST", "/rollouts", json=body).json()
+                       upstream_api_key: Optional[str] = None, agent: str = "opencode") -> CreatedRollout:
+        """Start a rollout of ``task``; returns its id, API key and proxy URL (``ValidationError`` on a bad task)."""
+        request = RolloutRequest(task=Task.model_validate(task), agent=agent, sampling=sampling or {}, model=model,
+                                 upstream_url=upstream_url, upstream_api_key=upstream_api_key)
+        body = request.model_dump(exclude_none=True)
+        return CreatedRollout.model_validate(self._request("POST", "/rollouts", json=body).json())
 
-    def status(self, rollout_id: str) -> dict[str, Any]:
+    def status(self, rollout_id: str) -> RolloutSummary:
         """``GET /rollouts/{id}``: status, turn count, limits hit."""
-        return self._request("GET", f"/rollouts/{rollout_id}").json()
+        return RolloutSummary.model_validate(self._request("GET", f"/rollouts/{rollout_id}").json())
 
-    def wait(self, rollout_id: str, timeout_s: float) -> dict[str, Any]:
-        """Block until the rollout is final or ``timeout_s`` passed; the summary has ``final``."""
+    def wait(self, rollout_id: str, timeout_s: float) -> RolloutSummary:
+        """Block until the rollout is final or ``timeout_s`` passed (see ``.final``)."""
         remaining = timeout_s
         while True:
             poll = max(0.0, min(self.poll_s, remaining))
-            summary = self._request("POST", f"/rollouts/{rollout_id}/wait", params={"timeout_s": poll},
-                                    timeout=poll + self.timeout_s).json()
+            summary = RolloutSummary.model_validate(self._request(
+                "POST", f"/rollouts/{rollout_id}/wait", params={"timeout_s": poll}, timeout=poll + self.timeout_s).json())
             remaining -= poll
-            if summary.get("final") or remaining <= 0:
+            if summary.final or remaining <= 0:
                 return summary
 
     def training_trace(self, rollout_id: str) -> dict[str, Any]:
         """OpenEnv ``TrainingTrace`` (schema 1) of the rollout's engine calls."""
         return self._request("GET", f"/rollouts/{rollout_id}/trace").json()
 
-    def turns(self, rollout_id: str) -> list[dict[str, Any]]:
+    def turns(self, rollout_id: str) -> list[Turn]:
         """Every recorded turn, failed upstream calls included."""
-        return self._request("GET", f"/rollouts/{rollout_id}/turns").json()
+        return [Turn(**t) for t in self._request("GET", f"/rollouts/{rollout_id}/turns").json()]
 
-    def verify(self, rollout_id: str, timeout_s: float = 600.0) -> dict[str, Any]:
+    def verify(self, rollout_id: str, timeout_s: float = 600.0) -> Verification:
         """Run the held-out tests: ``reward`` (None for infrastructure failures), ``passed``, ``total``, ``results``."""
-        return self._request("POST", f"/rollouts/{rollout_id}/verify", timeout=timeout_s).json()
+        return Verification.model_validate(self._request("POST", f"/rollouts/{rollout_id}/verify", timeout=timeout_s).json())
 
-    def files(self, rollout_id: str) -> dict[str, Any]:
-        """Files of the rollout's work dir."""
+    def files(self, rollout_id: str) -> dict[str, str]:
+        """Text of the rollout's work dir files (bounded)."""
         return self._request("GET", f"/rollouts/{rollout_id}/files").json()
 
     def logs(self, rollout_id: str) -> str:

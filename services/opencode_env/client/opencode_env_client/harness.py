@@ -9,11 +9,12 @@ the process that uses it.
 """
 
 import logging
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
 
 from .client import OpenCodeEnvClient
+from .models import CreatedRollout, RolloutSummary, Task
 
 log = logging.getLogger("opencode_env_client.harness")
 
@@ -26,7 +27,9 @@ class RolloutNotScorable(RuntimeError):
 
 
 def task_instruction(task: Any) -> str:
-    """The instruction text a TRL prompt (chat messages) or a task dict carries."""
+    """The instruction text a TRL prompt (chat messages), a ``Task`` or a task dict carries."""
+    if isinstance(task, Task):
+        return task.instruction
     if isinstance(task, Mapping):
         return str(task.get("instruction", ""))
     if isinstance(task, Sequence) and not isinstance(task, str):
@@ -42,22 +45,22 @@ def task_instruction(task: Any) -> str:
 class OpenCodeSession(ResourceSession):
     """One rollout on the service; the agent (OpenCode) owns its tool loop."""
 
-    def __init__(self, client: OpenCodeEnvClient, created: dict[str, Any], wait_timeout_s: float) -> None:
+    def __init__(self, client: OpenCodeEnvClient, created: CreatedRollout, wait_timeout_s: float) -> None:
         self.client = client
-        self.rollout_id: str = created["rollout_id"]
-        self.task_id: Optional[str] = created.get("task_id")
+        self.rollout_id = created.rollout_id
+        self.task_id = created.task_id
         self.wait_timeout_s = wait_timeout_s
-        self.summary: dict[str, Any] = created
+        self.summary: Optional[RolloutSummary] = None  # once waited for
         self._closed = False
 
     # The loop-owning protocol (openenv.core.harness.TrainableSession).
     def wait_for_completion(self, timeout_s: Optional[float] = None) -> int:
         """Wait until the agent finished; raises ``TimeoutError`` if it is still running after the timeout."""
         self.summary = self.client.wait(self.rollout_id, timeout_s or self.wait_timeout_s)
-        if not self.summary.get("final"):
-            raise TimeoutError(f"rollout {self.rollout_id} still {self.summary.get('status')} "
+        if not self.summary.final:
+            raise TimeoutError(f"rollout {self.rollout_id} still {self.summary.status} "
                                f"after {timeout_s or self.wait_timeout_s:g}s")
-        return int(self.summary.get("agent_exit_code") or 0)
+        return self.summary.agent_exit_code or 0
 
     def fetch_training_trace(self) -> TrainingTrace:
         """The engine's prompt/completion ids, logprobs and loss masks of every model call."""
@@ -79,12 +82,14 @@ class OpenCodeSession(ResourceSession):
     def verify(self, transcript: list[Any], final_state: Any = None) -> VerifyResult:
         """Run the held-out tests on the service; reward = fraction passed."""
         verification = self.client.verify(self.rollout_id)
-        if verification.get("reward") is None:
-            raise RolloutNotScorable(f"rollout {self.rollout_id}: {verification.get('reason', 'no reward')}")
-        metrics = {"tests_passed": verification["passed"], "tests_total": verification["total"],
-                   "turns": self.summary.get("turns"), "status": self.summary.get("status")}
-        return VerifyResult(env_reward=float(verification["reward"]), done=True, metrics=metrics,
-                            artifacts={"rollout_id": self.rollout_id, "results": verification.get("results", [])})
+        if verification.reward is None:
+            raise RolloutNotScorable(f"rollout {self.rollout_id}: {verification.reason or 'no reward'}")
+        metrics = {"tests_passed": verification.passed, "tests_total": verification.total,
+                   "turns": self.summary.turns if self.summary else None,
+                   "status": self.summary.status if self.summary else None}
+        return VerifyResult(env_reward=verification.reward, done=True, metrics=metrics,
+                            artifacts={"rollout_id": self.rollout_id,
+                                       "results": [r.model_dump() for r in verification.results]})
 
     def close(self) -> None:
         """Stop the rollout and free its slot (idempotent)."""
@@ -100,16 +105,18 @@ class OpenCodeSession(ResourceSession):
 class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
     """Start OpenCode rollouts for a fixed task set.
 
-    ``tasks``: the service's ``Task`` dicts (instruction, held-out tests, limits); a TRL prompt is
-    matched to its task by the instruction text. ``sampling``: TRL's training policy, forced on
-    every model call the agent makes (OpenCode would otherwise pick its own temperature).
+    ``tasks``: the service's ``Task`` models (or dicts of them: instruction, held-out tests, limits);
+    a TRL prompt is matched to its task by the instruction text. ``sampling``: TRL's training policy,
+    forced on every model call the agent makes (OpenCode would otherwise pick its own temperature).
     """
 
-    def __init__(self, base_url: str, tasks: Sequence[Mapping[str, Any]], sampling: Optional[dict[str, Any]] = None,
-                 model: Optional[str] = None, wait_timeout_s: float = 900.0, request_timeout_s: float = 30.0) -> None:
+    def __init__(self, base_url: str, tasks: Sequence[Union[Task, Mapping[str, Any]]],
+                 sampling: Optional[dict[str, Any]] = None, model: Optional[str] = None,
+                 wait_timeout_s: float = 900.0, request_timeout_s: float = 30.0) -> None:
         self.base_url = base_url
-        self.tasks = {str(t["instruction"]): dict(t) for t in tasks}
-        if len(self.tasks) != len(tasks):
+        validated = [Task.model_validate(t) for t in tasks]
+        self.tasks = {t.instruction: t for t in validated}
+        if len(self.tasks) != len(validated):
             raise ValueError("two tasks share an instruction; a prompt must identify one task")
         self.sampling = dict(sampling or {})
         self.model = model
@@ -127,10 +134,12 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
             self._client = OpenCodeEnvClient(self.base_url, timeout_s=self.request_timeout_s)
         return self._client
 
-    def task_for(self, task: Any) -> dict[str, Any]:
-        """The full task (with held-out tests) a prompt or task dict stands for."""
+    def task_for(self, task: Any) -> Task:
+        """The full task (with held-out tests) a prompt, ``Task`` or task dict stands for."""
+        if isinstance(task, Task):
+            return task
         if isinstance(task, Mapping) and "tests" in task:
-            return dict(task)
+            return Task.model_validate(task)
         instruction = task_instruction(task)
         if instruction not in self.tasks:
             raise KeyError(f"no task with the instruction {instruction[:80]!r}...; the factory knows {len(self.tasks)}")
@@ -140,7 +149,6 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
         """Start a rollout of the task; the seed and episode id only label it (the task is fixed)."""
         spec = self.task_for(task)
         created = self.client.create_rollout(spec, sampling=self.sampling, model=self.model)
-        created.setdefault("task_id", spec.get("task_id"))
         log.debug("rollout %s started for task %s (group seed %s, episode %s)",
-                  created["rollout_id"], spec.get("task_id"), seed, episode_id)
+                  created.rollout_id, spec.task_id, seed, episode_id)
         return OpenCodeSession(self.client, created, self.wait_timeout_s)

@@ -1,9 +1,12 @@
 """The transparent ``/v1/chat/completions`` relay between an agent and the inference server.
 
-The agent's request goes upstream with ``logprobs`` and ``return_token_ids`` forced on, the model
-name and sampling fields of the rollout, and ``max_tokens`` clamped to the rollout's budget. The
-reply is relayed verbatim (SSE chunks as they arrive, or the JSON body) while the engine's prompt ids,
-completion ids and logprobs are recorded as one turn.
+The agent's request goes upstream with ``logprobs`` and ``return_token_ids`` forced on (and
+``top_logprobs`` if the rollout asks for it), the model name and sampling fields of the rollout,
+``max_tokens`` clamped to the rollout's budget, and the rollout's upstream key as the bearer token
+(never seen by the agent). The reply is relayed verbatim (SSE chunks as they arrive, or the JSON
+body) while the engine's prompt ids, completion ids, token texts and logprobs are recorded as one
+turn. A rollout that records no turns (upstream's ``black_box`` mode) has its calls relayed as the
+agent made them, within the same budget.
 
 This is the hot path of every agent step, so it runs on raw ASGI (no framework routing, request
 or response objects) with aiohttp's client upstream; the turn is recorded after the reply went out.
@@ -16,7 +19,7 @@ from typing import Any, Awaitable, Callable, Optional, Protocol
 import aiohttp
 import orjson
 
-from .trace import Turn
+from opencode_env_client.models import Turn
 
 JSON_HEADERS = {"content-type": "application/json"}
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -27,8 +30,11 @@ class RolloutCalls(Protocol):
     """What the proxy needs from a rollout (see rollouts.Rollout)."""
 
     upstream_url: str
+    upstream_api_key: Optional[str]
     model: str
     sampling: dict[str, Any]
+    record_turns: bool
+    top_logprobs: Optional[int]
 
     def admit_call(self) -> int: ...
     def record(self, turn: Turn) -> None: ...
@@ -87,6 +93,16 @@ def _logprobs(choice: dict[str, Any]) -> list[float]:
     return [entry["logprob"] for entry in ((choice.get("logprobs") or {}).get("content") or [])]
 
 
+def _token_texts(choice: dict[str, Any]) -> list[str]:
+    """The sampled tokens' text. With ``--return-tokens-as-token-ids`` vLLM names each token
+    ``token_id:<id>`` and puts its text in ``bytes``."""
+    texts = []
+    for entry in (choice.get("logprobs") or {}).get("content") or []:
+        raw = entry.get("bytes")
+        texts.append(bytes(raw).decode("utf-8", errors="replace") if raw is not None else str(entry.get("token", "")))
+    return texts
+
+
 class StreamAccumulator:
     """Rebuilds a chat completion (and its token ids and logprobs) from SSE bytes."""
 
@@ -95,6 +111,7 @@ class StreamAccumulator:
         self.prompt_ids: list[int] = []
         self.completion_ids: list[int] = []
         self.logps: list[float] = []
+        self.token_texts: list[str] = []
         self.content: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: Optional[str] = None
@@ -117,6 +134,7 @@ class StreamAccumulator:
         for choice in chunk.get("choices") or []:
             self.completion_ids += choice.get("token_ids") or []
             self.logps += _logprobs(choice)
+            self.token_texts += _token_texts(choice)
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 self.content.append(delta["content"])
@@ -177,8 +195,11 @@ class Proxy:
         forwarded = dict(body)
         forwarded.update(rollout.sampling)
         forwarded["model"] = rollout.model
-        forwarded["logprobs"] = True
-        forwarded["return_token_ids"] = True
+        if rollout.record_turns:
+            forwarded["logprobs"] = True
+            forwarded["return_token_ids"] = True
+            if rollout.top_logprobs is not None:
+                forwarded["top_logprobs"] = rollout.top_logprobs
         requested = forwarded.pop("max_completion_tokens", None) or forwarded.get("max_tokens")
         forwarded["max_tokens"] = min(int(requested), max_tokens) if requested else max_tokens
         if forwarded.get("stream"):
@@ -192,7 +213,9 @@ class Proxy:
         call = _Call(rollout, forwarded, self.weight_version(rollout.upstream_url), bool(body.get("tools")))
         url = f"{rollout.upstream_url}/v1/chat/completions"
         try:
-            async with self.http.post(url, data=orjson.dumps(forwarded), headers=JSON_HEADERS) as upstream:
+            headers = JSON_HEADERS if rollout.upstream_api_key is None else {
+                **JSON_HEADERS, "authorization": f"Bearer {rollout.upstream_api_key}"}
+            async with self.http.post(url, data=orjson.dumps(forwarded), headers=headers) as upstream:
                 if upstream.status >= 400:
                     await call.upstream_error(send, upstream.status, await upstream.read())
                 elif forwarded.get("stream"):
@@ -230,7 +253,7 @@ class _Call:
         choice = (reply.get("choices") or [{}])[0]
         await self._record(response=reply, prompt_token_ids=reply.get("prompt_token_ids") or [],
                            completion_token_ids=choice.get("token_ids") or [], per_token_logps=_logprobs(choice),
-                           finish_reason=choice.get("finish_reason"), latency_s=latency, stream=False)
+                           completion_tokens=_token_texts(choice), finish_reason=choice.get("finish_reason"), latency_s=latency, stream=False)
 
     async def stream(self, send: Send, upstream: aiohttp.ClientResponse) -> None:
         content_type = upstream.headers.get("content-type", "text/event-stream").encode()
@@ -243,7 +266,7 @@ class _Call:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         await self._record(response=acc.response(), prompt_token_ids=acc.prompt_ids,
                            completion_token_ids=acc.completion_ids, per_token_logps=acc.logps,
-                           finish_reason=acc.finish_reason, latency_s=time.monotonic() - self.began, stream=True)
+                           completion_tokens=acc.token_texts, finish_reason=acc.finish_reason, latency_s=time.monotonic() - self.began, stream=True)
 
     async def upstream_error(self, send: Send, status: int, content: bytes) -> None:
         text = content.decode(errors="replace")[:2000]

@@ -6,25 +6,22 @@ import logging
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import aiohttp
 
 from . import opencode, usage
 from .agent_server import AgentFailed, AgentServer
-from .sandbox import CommandResult, Sandbox, SandboxError, clean_stale
+from opencode_env_client.models import (COMPLETED, FINAL, INFRA_FAILURE, LIMIT_EXCEEDED, PENDING, RUNNING,
+                                        SETUP_FAILED, STOPPED, TIMED_OUT, UNSCORED, CheckResult, CommandOutcome,
+                                        Limits, RolloutRequest, RolloutSummary, Turn, Verification)
+
+from .sandbox import Sandbox, SandboxError, clean_stale
 from .settings import Settings, normalize_upstream
-from .tasks import Limits, RolloutRequest
-from .trace import TraceStore, Turn, extends
+from .trace import TraceStore, extends
 
 log = logging.getLogger("opencode_env_server.rollouts")
-
-# Statuses; the last five are final.
-PENDING, RUNNING = "pending", "running"
-COMPLETED, STOPPED, TIMED_OUT, LIMIT_EXCEEDED, INFRA_FAILURE, SETUP_FAILED = (
-    "completed", "stopped", "timed_out", "limit_exceeded", "infra_failure", "setup_failed")
-FINAL = {COMPLETED, STOPPED, TIMED_OUT, LIMIT_EXCEEDED, INFRA_FAILURE, SETUP_FAILED}
 
 
 def new_identity() -> tuple[str, str]:
@@ -69,8 +66,11 @@ class Rollout:
         self.limits = request.task.limits
         self.seat = seat
         self.upstream_url = normalize_upstream(request.upstream_url or settings.inference_url)
+        self.upstream_api_key = request.upstream_api_key
         self.model = model
         self.sampling = request.sampling
+        self.record_turns = request.record_turns
+        self.top_logprobs = request.top_logprobs
         self.sandbox = Sandbox(settings.sandbox_root, self.id, settings.seat_uid(seat), self.limits)
         self.status = PENDING
         self.detail: Optional[str] = None
@@ -78,8 +78,8 @@ class Rollout:
         self._turns_started = 0
         self.completion_tokens = 0
         self.agent_exit_code: Optional[int] = None
-        self.setup_results: list[CommandResult] = []
-        self.verification: Optional[dict[str, Any]] = None
+        self.setup_results: list[CommandOutcome] = []
+        self.verification: Optional[Verification] = None
         self.created_at = time.time()
         self.first_call_at: Optional[float] = None
         self.finished_at: Optional[float] = None
@@ -112,7 +112,11 @@ class Rollout:
         return min(remaining, self.limits.max_tokens_per_turn)
 
     def record(self, turn: Turn) -> None:
-        """Add a finished turn (prefix check against the previous successful one) and persist it."""
+        """Add a finished turn (prefix check against the previous successful one) and persist it;
+        without ``record_turns`` only its completion tokens are counted (from the reply's usage)."""
+        if not self.record_turns:
+            self.completion_tokens += int((turn.response.get("usage") or {}).get("completion_tokens") or 0)
+            return
         previous = next((t for t in reversed(self.turns) if t.ok), None)
         turn.prefix_consistent = extends(previous, turn.prompt_token_ids) if turn.ok else None
         self.turns.append(turn)
@@ -142,22 +146,19 @@ class Rollout:
             self.started.set()
             self.persist()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> RolloutSummary:
         """Status as the API reports it (no secrets)."""
-        return {
-            "rollout_id": self.id, "task_id": self.task.task_id, "status": self.status, "detail": self.detail,
-            "agent": self.request.agent, "model": self.model, "upstream_url": self.upstream_url,
-            "turns": len(self.turns), "completion_tokens": self.completion_tokens,
-            "agent_exit_code": self.agent_exit_code, "agent_prestarted": self.agent_prestarted,
-            "created_at": self.created_at,
-            "first_call_at": self.first_call_at, "finished_at": self.finished_at,
-            "reward": None if self.verification is None else self.verification["reward"],
-            "infra_failure": self.status == INFRA_FAILURE,
-            "setup_results": [asdict(r) for r in self.setup_results], "limits": self.limits.model_dump(),
-        }
+        return RolloutSummary(
+            rollout_id=self.id, task_id=self.task.task_id, status=self.status, final=self.status in FINAL,
+            detail=self.detail, agent=self.request.agent, model=self.model, upstream_url=self.upstream_url,
+            turns=len(self.turns), completion_tokens=self.completion_tokens, agent_exit_code=self.agent_exit_code,
+            agent_prestarted=self.agent_prestarted, created_at=self.created_at, first_call_at=self.first_call_at,
+            finished_at=self.finished_at, reward=None if self.verification is None else self.verification.reward,
+            infra_failure=self.status == INFRA_FAILURE, setup_results=self.setup_results, limits=self.limits)
 
     def persist(self) -> None:
-        self._store.write_summary(self.id, {**self.summary(), "verification": self.verification})
+        verification = None if self.verification is None else self.verification.model_dump()
+        self._store.write_summary(self.id, {**self.summary().model_dump(), "verification": verification})
 
 
 
@@ -419,39 +420,35 @@ class RolloutManager:
                 rollout.infra_failure("the OpenCode session ended without a model call")
             rollout.stop(COMPLETED, f"agent finished (exit code {rollout.agent_exit_code})")
 
-    async def verify(self, rollout: Rollout) -> dict[str, Any]:
+    async def verify(self, rollout: Rollout) -> Verification:
         """Run the held-out tests in the sandbox; reward = fraction passed (None without tests)."""
         if rollout.status not in FINAL:
             raise ValueError(f"rollout {rollout.id} is still {rollout.status}; wait for it first")
-        if rollout.verification is not None:
-            return rollout.verification
-        # The status is final as soon as a limit hits; the agent's processes are gone only once the
-        # runner has finished cleaning up (it would otherwise kill the tests too).
-        await asyncio.wait({rollout.runner})
-        if rollout.status in (INFRA_FAILURE, SETUP_FAILED):
-            rollout.verification = {"reward": None, "passed": 0, "total": 0, "results": [],
-                                    "reason": f"not scored: {rollout.status} ({rollout.detail})"}
+        if rollout.verification is None:
+            # The status is final as soon as a limit hits; the agent's processes are gone only once the
+            # runner has finished cleaning up (it would otherwise kill the tests too).
+            await asyncio.wait({rollout.runner})
+            results = [] if rollout.status in UNSCORED else await self._checks(rollout)
+            passed = sum(r.passed for r in results)
+            reason = f"not scored: {rollout.status} ({rollout.detail})" if rollout.status in UNSCORED else None
+            rollout.verification = Verification(reward=passed / len(results) if results else None, passed=passed,
+                                                total=len(results), results=results, reason=reason)
             rollout.persist()
-            return rollout.verification
+        return rollout.verification
+
+    async def _checks(self, rollout: Rollout) -> list[CheckResult]:
         task, sandbox = rollout.task, rollout.sandbox
         results = []
         for i, case in enumerate(task.tests):
             run = await sandbox.run(task.test_command, timeout_s=task.test_timeout_s, stdin=case.stdin, hide_command=True)
             passed = run.exit_code == 0 and run.stdout.strip() == case.expected_stdout.strip()
-            results.append({"kind": "test", "index": i, "passed": passed, "exit_code": run.exit_code,
-                            "timed_out": run.timed_out, "stdout": run.stdout[-2000:], "stderr": run.stderr[-2000:]})
+            results.append(CheckResult(kind="test", index=i, passed=passed, **_check_fields(run)))
         for command in task.verify_commands:
             run = await sandbox.run(command, timeout_s=task.test_timeout_s, hide_command=True)
-            results.append({"kind": "command", "command": command, "passed": run.exit_code == 0,
-                            "exit_code": run.exit_code, "timed_out": run.timed_out,
-                            "stdout": run.stdout[-2000:], "stderr": run.stderr[-2000:]})
+            results.append(CheckResult(kind="command", command=command, passed=run.exit_code == 0, **_check_fields(run)))
         sandbox.kill_all()
         await asyncio.to_thread(usage.remove_sysv_objects, sandbox.uid)
-        passed = sum(r["passed"] for r in results)
-        rollout.verification = {"reward": passed / len(results) if results else None, "passed": passed,
-                                "total": len(results), "results": results}
-        rollout.persist()
-        return rollout.verification
+        return results
 
     async def close(self, rollout: Rollout, status: str = STOPPED, detail: str = "closed by the client") -> None:
         """Stop the rollout if needed, delete its sandbox (off the loop) and free its seat (the trace stays on disk)."""
@@ -479,3 +476,8 @@ class RolloutManager:
         for prepared in list(self.prepared.values()):
             await self._discard(prepared)
         self.prepared.clear()
+
+
+def _check_fields(run: CommandOutcome) -> dict[str, Any]:
+    return {"exit_code": run.exit_code, "timed_out": run.timed_out, "stdout": run.stdout[-2000:],
+            "stderr": run.stderr[-2000:], "duration_s": run.duration_s}

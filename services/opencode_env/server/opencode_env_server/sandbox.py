@@ -21,14 +21,13 @@ import signal
 import stat
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import orjson
 
 from . import usage
-from .tasks import Limits
+from opencode_env_client.models import CommandOutcome, Limits
 
 MB = 1 << 20
 OWNED_DIRS = ("work", "home", "tmp")
@@ -48,50 +47,43 @@ for name, text in json.load(sys.stdin).items():
         f.write(text)
 """
 
-# Runs as the sandbox's uid: prints the work dir's small text files as JSON, within bounds.
+# Runs as the sandbox's uid: prints the work dir's small text files as JSON, within bounds, and the
+# paths of regular files left out (too big, over the total, or past the file count).
 _LIST_FILES = """
 import json, os, stat, sys
-max_files, max_bytes, max_total, max_entries = json.load(sys.stdin)
-files, total, seen = {}, 0, 0
+max_files, max_bytes, max_total, max_entries, max_skipped = json.load(sys.stdin)
+files, skipped, total, seen = {}, [], 0, 0
 # By directory fds: a directory swapped for a link mid-walk is skipped, not followed.
 for root, dirs, names, root_fd in os.fwalk(".", follow_symlinks=False):
     dirs[:] = sorted(d for d in dirs if d != ".git")
     for name in sorted(names):
         seen += 1
-        if len(files) >= max_files or seen > max_entries:
+        if seen > max_entries:
             break
-        path = os.path.join(root, name)
+        path = os.path.relpath(os.path.join(root, name), ".")
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=root_fd)
         except OSError:
             continue
         with os.fdopen(fd, "rb") as f:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes or total + info.st_size > max_total:
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if len(files) >= max_files or info.st_size > max_bytes or total + info.st_size > max_total:
+                if len(skipped) < max_skipped:
+                    skipped.append(path)
                 continue
             data = f.read(max_bytes + 1)[:max_bytes]
         total += len(data)
-        files[os.path.relpath(path, ".")] = data.decode(errors="replace")
-    if len(files) >= max_files or seen > max_entries:
+        files[path] = data.decode(errors="replace")
+    if seen > max_entries:
         break
-json.dump(files, sys.stdout)
+json.dump({"files": files, "skipped": skipped}, sys.stdout)
 """
 
 
 class SandboxError(RuntimeError):
     """A helper run as the sandbox's uid failed (the uid's own files are in the way)."""
-
-
-@dataclass
-class CommandResult:
-    """Outcome of a command run in the sandbox."""
-
-    command: str
-    exit_code: Optional[int]
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
 
 
 class Sandbox:
@@ -181,7 +173,7 @@ class Sandbox:
         )
 
     async def run(self, command: str, timeout_s: float, stdin: str = "", env: Optional[dict[str, str]] = None,
-                  hide_command: bool = False) -> CommandResult:
+                  hide_command: bool = False) -> CommandOutcome:
         """Run a shell command to completion in the sandbox; kills it at the timeout.
 
         ``hide_command`` passes the command through the environment instead of the command line,
@@ -196,14 +188,16 @@ class Sandbox:
         proc = await self.spawn(argv, env, pipe, pipe, stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
         try:
             out, err = await asyncio.wait_for(_communicate(proc, stdin.encode()), timeout_s)
-            return CommandResult(command, proc.returncode, _text(out), _text(err), time.monotonic() - started)
+            return CommandOutcome(command=command, exit_code=proc.returncode, stdout=_text(out), stderr=_text(err),
+                                  duration_s=time.monotonic() - started)
         except asyncio.TimeoutError:
             self.kill_group(proc.pid)
             try:  # a process that left the group may still hold the pipes open
                 out, err = await asyncio.wait_for(_communicate(proc, b""), 5)
             except asyncio.TimeoutError:
                 out, err = b"", b""
-            return CommandResult(command, None, _text(out), _text(err), time.monotonic() - started, timed_out=True)
+            return CommandOutcome(command=command, exit_code=None, stdout=_text(out), stderr=_text(err),
+                                  duration_s=time.monotonic() - started, timed_out=True)
 
     async def _helper(self, script: str, payload: Any) -> bytes:
         """Run a Python snippet as the uid in the work dir with ``payload`` as JSON on stdin; its stdout."""
@@ -224,11 +218,13 @@ class Sandbox:
             await self._helper(_PLACE_FILES, files)
 
     async def list_files(self, max_files: int = 64, max_bytes: int = 64 * 1024, max_total: int = 1 << 20,
-                         max_entries: int = 20_000) -> dict[str, str]:
+                         max_entries: int = 20_000, max_skipped: int = 256) -> tuple[dict[str, str], list[str]]:
         """Text of the work dir's regular files (symlinks skipped, ``.git`` left out), read by the
         uid itself: at most ``max_files`` files of ``max_bytes`` each, ``max_total`` bytes in all,
-        after looking at ``max_entries`` names."""
-        return orjson.loads(await self._helper(_LIST_FILES, [max_files, max_bytes, max_total, max_entries]))
+        after looking at ``max_entries`` names; and the paths of up to ``max_skipped`` files left out."""
+        listing = orjson.loads(await self._helper(_LIST_FILES, [max_files, max_bytes, max_total, max_entries,
+                                                                max_skipped]))
+        return listing["files"], listing["skipped"]
 
     @staticmethod
     def kill_group(pgid: int) -> None:

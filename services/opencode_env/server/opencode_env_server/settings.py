@@ -1,9 +1,29 @@
 """Service configuration, read from environment variables."""
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Defaults of one of upstream's ``run_rollout`` endpoints (``endpoint="openai"`` or ``"hf_router"``)."""
+
+    base_url: str
+    api_key: str = ""
+    model: str = ""
+
+
+def _providers(env: os._Environ | dict[str, str]) -> dict[str, Provider]:
+    """OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL and HF_ROUTER_BASE_URL / HF_ROUTER_API_KEY (or
+    HF_TOKEN) / HF_ROUTER_MODEL, with upstream's defaults."""
+    return {
+        "openai": Provider(env.get("OPENAI_BASE_URL", "https://api.openai.com/v1"), env.get("OPENAI_API_KEY", ""),
+                           env.get("OPENAI_MODEL", "gpt-4o-mini")),
+        "hf_router": Provider(env.get("HF_ROUTER_BASE_URL", "https://router.huggingface.co/v1"),
+                              env.get("HF_ROUTER_API_KEY", env.get("HF_TOKEN", "")), env.get("HF_ROUTER_MODEL", "")),
+    }
 
 
 @dataclass(frozen=True)
@@ -26,6 +46,10 @@ class Settings:
     sandbox_proxy_port_base: int = 24000
     allowed_upstreams: tuple[str, ...] = ()  # empty: only inference_url
     max_body_bytes: int = 16 << 20
+    max_sessions: int = 16
+    session_idle_timeout_s: float = 900.0
+    run_rollout_max_turns: int = 64
+    providers: dict[str, Provider] = field(default_factory=lambda: _providers({}))
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -36,7 +60,11 @@ class Settings:
         AGENT_PORT_BASE (seat i's server listens on 127.0.0.1:AGENT_PORT_BASE+i), SANDBOX_PROXY_PORT_BASE
         (seat i's sandbox reaches the proxy, and nothing else, on 127.0.0.1:SANDBOX_PROXY_PORT_BASE+i),
         ALLOWED_UPSTREAMS (comma-separated base URLs a rollout request may name as ``upstream_url``;
-        INFERENCE_URL is always allowed), PROXY_MAX_BODY_BYTES (largest chat completion request)."""
+        INFERENCE_URL is always allowed), PROXY_MAX_BODY_BYTES (largest chat completion request),
+        MAX_SESSIONS (OpenEnv sessions over /mcp and /ws at once), SESSION_IDLE_TIMEOUT_S (an OpenEnv
+        session with no call for this long, no WebSocket and no running rollout is closed),
+        RUN_ROLLOUT_MAX_TURNS (model calls of a ``run_rollout`` rollout; upstream has no cap), and the
+        ``run_rollout`` providers (see ``_providers``)."""
         env = os.environ
         settings = cls(
             port=int(env.get("PORT", cls.port)),
@@ -55,6 +83,10 @@ class Settings:
             sandbox_proxy_port_base=int(env.get("SANDBOX_PROXY_PORT_BASE", cls.sandbox_proxy_port_base)),
             allowed_upstreams=tuple(normalize_upstream(u) for u in env.get("ALLOWED_UPSTREAMS", "").split(",") if u.strip()),
             max_body_bytes=int(env.get("PROXY_MAX_BODY_BYTES", cls.max_body_bytes)),
+            max_sessions=int(env.get("MAX_SESSIONS", cls.max_sessions)),
+            session_idle_timeout_s=float(env.get("SESSION_IDLE_TIMEOUT_S", cls.session_idle_timeout_s)),
+            run_rollout_max_turns=int(env.get("RUN_ROLLOUT_MAX_TURNS", cls.run_rollout_max_turns)),
+            providers=_providers(env),
         )
         settings.check()
         return settings
@@ -89,8 +121,10 @@ class Settings:
             for b in names[i + 1:]:
                 if set(ranges[a]) & set(ranges[b]):
                     raise SystemExit(f"{a} and {b} overlap for {self.seats} seats; move one of them")
-        if self.max_concurrent_rollouts < 1 or self.max_body_bytes < 1024:
-            raise SystemExit("MAX_CONCURRENT_ROLLOUTS must be >= 1 and PROXY_MAX_BODY_BYTES >= 1024")
+        if self.max_concurrent_rollouts < 1 or self.max_body_bytes < 1024 or self.max_sessions < 1:
+            raise SystemExit("MAX_CONCURRENT_ROLLOUTS and MAX_SESSIONS must be >= 1 and PROXY_MAX_BODY_BYTES >= 1024")
+        if self.session_idle_timeout_s <= 0:
+            raise SystemExit("SESSION_IDLE_TIMEOUT_S must be > 0")
 
 
 def normalize_upstream(url: str) -> str:

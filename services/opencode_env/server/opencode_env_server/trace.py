@@ -3,37 +3,11 @@
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 import orjson
-
-
-@dataclass
-class Turn:
-    """One model call through the proxy, with what the engine saw and sampled."""
-
-    turn: int
-    request: dict[str, Any]
-    response: dict[str, Any]
-    prompt_token_ids: list[int]
-    completion_token_ids: list[int]
-    per_token_logps: list[float]
-    finish_reason: Optional[str]
-    latency_s: float
-    weight_version: Optional[str]
-    stream: bool
-    trainable: bool  # False for calls without tools (title, summary, compaction)
-    prefix_consistent: Optional[bool] = None  # None on the first turn
-    upstream_status: int = 200
-    upstream_error: Optional[str] = None
-    timestamp: float = field(default_factory=time.time)
-
-    @property
-    def ok(self) -> bool:
-        """The engine answered and returned token ids for prompt and completion."""
-        return self.upstream_status < 400 and bool(self.prompt_token_ids) and self.upstream_error is None
+from opencode_env_client.models import Turn
 
 
 def extends(previous: Optional[Turn], prompt_ids: list[int]) -> Optional[bool]:
@@ -105,7 +79,7 @@ class TraceStore:
         turns = [Turn(**json.loads(line)) for line in turns_path.read_text().splitlines()] if turns_path.exists() else []
         return json.loads(summary_path.read_text()), turns
 
-    def mark_unfinished(self, final: set[str], status: str, detail: str) -> int:
+    def mark_unfinished(self, final: Collection[str], status: str, detail: str) -> int:
         """Give every summary whose status is not in ``final`` the status ``status``; returns how many."""
         marked = 0
         for path in self.root.glob("*.json"):
@@ -114,7 +88,7 @@ class TraceStore:
             except (OSError, ValueError):
                 continue
             if summary.get("status") not in final:
-                summary.update(status=status, detail=detail, infra_failure=True, finished_at=time.time())
+                summary.update(status=status, final=True, detail=detail, infra_failure=True, finished_at=time.time())
                 self.write_summary(path.stem, summary)
                 marked += 1
         return marked

@@ -1,0 +1,290 @@
+"""Wire contract of the OpenCode environment, imported by its server, its client, the trainer and the tests.
+
+Two families:
+
+- the rollouts API (``POST /rollouts`` and friends): ``Task`` and its ``Limits``, ``RolloutRequest``,
+  ``CreatedRollout``, ``RolloutSummary``, ``Verification`` and the recorded ``Turn``;
+- upstream OpenEnv's ``opencode_env`` tool over ``/mcp`` and ``/ws``: ``RunRolloutArguments`` in,
+  ``RolloutResult`` out, field for field as upstream's ``envs/opencode_env/models.py``.
+
+Pure pydantic and dataclasses: the server imports this module without the client's dependencies.
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# --- rollout statuses -----------------------------------------------------------------------
+PENDING, RUNNING = "pending", "running"
+COMPLETED, STOPPED, TIMED_OUT, LIMIT_EXCEEDED, INFRA_FAILURE, SETUP_FAILED = (
+    "completed", "stopped", "timed_out", "limit_exceeded", "infra_failure", "setup_failed")
+Status = Literal["pending", "running", "completed", "stopped", "timed_out", "limit_exceeded", "infra_failure",
+                 "setup_failed"]
+FINAL = frozenset({COMPLETED, STOPPED, TIMED_OUT, LIMIT_EXCEEDED, INFRA_FAILURE, SETUP_FAILED})
+UNSCORED = frozenset({INFRA_FAILURE, SETUP_FAILED})  # no reward: the policy did not get to act
+MAX_TURNS, MAX_COMPLETION_TOKENS, MAX_TOKENS_PER_TURN = 1000, 1_000_000, 131072  # bounds of ``Limits``
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Reply(BaseModel):
+    # Replies tolerate fields a newer server adds.
+    model_config = ConfigDict(extra="ignore")
+
+
+# --- the rollouts API -------------------------------------------------------------------------
+class Limits(_Request):
+    """Per-rollout resource bounds."""
+
+    wall_s: float = Field(300.0, gt=0, le=3600, description="wall-clock limit of the agent run")
+    cpu_s: int = Field(300, gt=0, le=3600, description="CPU seconds per process (RLIMIT_CPU)")
+    memory_mb: int = Field(2048, ge=64, le=65536, description="resident memory of all the rollout's processes")
+    max_processes: int = Field(256, ge=8, le=4096, description="processes and threads of the rollout's uid")
+    disk_mb: int = Field(256, ge=1, le=65536, description="size of the work dir; also the largest single file")
+    max_turns: int = Field(16, ge=1, le=MAX_TURNS, description="model calls through the proxy")
+    max_completion_tokens: int = Field(8192, ge=1, le=MAX_COMPLETION_TOKENS, description="completion tokens over all turns")
+    max_tokens_per_turn: int = Field(1024, ge=1, le=MAX_TOKENS_PER_TURN, description="cap on each call's max_tokens")
+
+
+class TestCase(_Request):
+    """One held-out stdin/stdout test: the program's stdout must equal ``expected_stdout`` (trimmed)."""
+
+    __test__ = False  # not a pytest class
+    stdin: str = ""
+    expected_stdout: str
+
+
+class Task(_Request):
+    """One coding task. ``tests`` and ``verify_commands`` are never shown to the agent."""
+
+    task_id: str = ""
+    instruction: str = Field(min_length=1, max_length=200_000)
+    files: dict[str, str] = Field(default_factory=dict, description="relative path -> text, placed in the work dir")
+    setup: list[str] = Field(default_factory=list, description="shell commands run in the sandbox before the agent")
+    tests: list[TestCase] = Field(default_factory=list)
+    test_command: str = Field("python3 solution.py", description="program the tests feed stdin to")
+    verify_commands: list[str] = Field(default_factory=list, description="shell commands; each passes on exit 0")
+    test_timeout_s: float = Field(10.0, gt=0, le=600)
+    limits: Limits = Field(default_factory=Limits)
+
+    @field_validator("files")
+    @classmethod
+    def relative_paths(cls, files: dict[str, str]) -> dict[str, str]:
+        for name in files:
+            path = PurePosixPath(name)
+            if not name or path.is_absolute() or ".." in path.parts:
+                raise ValueError(f"file path {name!r} must be relative and stay inside the work dir")
+        return files
+
+
+class RolloutRequest(_Request):
+    """``POST /rollouts``: a task, and how the agent's model calls are served."""
+
+    task: Task
+    agent: Literal["opencode", "external"] = Field(
+        "opencode", description="'external': no agent is started; an agent elsewhere calls the proxy with the key")
+    upstream_url: Optional[str] = Field(None, description="OpenAI-compatible base URL; default: the stack's inference")
+    upstream_api_key: Optional[str] = Field(
+        None, description="bearer token sent to upstream_url; kept in the service, never in a sandbox, trace or log")
+    model: Optional[str] = Field(None, description="upstream model name; default: the inference server's")
+    sampling: dict[str, Any] = Field(default_factory=dict, description="sampling fields forced on every call")
+    record_turns: bool = Field(True, description="False: relay calls as they are (no logprobs or token ids forced, "
+                                                 "no turns recorded); the turn and token limits still hold")
+    top_logprobs: Optional[int] = Field(None, ge=0, le=20, description="top-k logprobs asked of the engine per token")
+
+
+class CreatedRollout(_Reply):
+    """Answer to ``POST /rollouts``: the rollout's id, and the key and URL its model calls use."""
+
+    rollout_id: str
+    task_id: str = ""
+    api_key: str
+    status: Status
+    proxy_base_url: str
+    model: str
+
+
+class CommandOutcome(_Reply):
+    """A command run in the sandbox (a setup command)."""
+
+    command: str
+    exit_code: Optional[int]  # None: killed at its timeout
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+
+class CheckResult(_Reply):
+    """One held-out check: a stdin/stdout test (``kind="test"``) or a verify command."""
+
+    kind: Literal["test", "command"]
+    passed: bool
+    exit_code: Optional[int]
+    timed_out: bool
+    stdout: str
+    stderr: str
+    index: Optional[int] = None  # tests: position in ``Task.tests``
+    command: Optional[str] = None  # verify commands
+    duration_s: float = 0.0
+
+
+class Verification(_Reply):
+    """``POST /rollouts/{id}/verify``: reward = fraction of checks passed; None when not scorable."""
+
+    reward: Optional[float]
+    passed: int
+    total: int
+    results: list[CheckResult]
+    reason: Optional[str] = None  # why there is no reward
+
+
+class RolloutSummary(_Reply):
+    """A rollout's status as the API reports it (no secrets)."""
+
+    rollout_id: str
+    task_id: str = ""
+    status: Status
+    final: bool
+    detail: Optional[str] = None
+    agent: Literal["opencode", "external"] = "opencode"
+    model: str = ""
+    upstream_url: str = ""
+    turns: int = 0
+    completion_tokens: int = 0
+    agent_exit_code: Optional[int] = None
+    agent_prestarted: bool = False
+    created_at: float
+    first_call_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    reward: Optional[float] = None
+    infra_failure: bool = False
+    setup_results: list[CommandOutcome] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+
+
+class Health(_Reply):
+    """``GET /health``."""
+
+    status: str
+    active_rollouts: int
+    max_rollouts: int
+    seats: int
+    warm_agents: int
+    sessions: int
+    max_sessions: int
+    inference_url: str
+    network_isolation: bool
+
+
+@dataclass
+class Turn:
+    """One model call through the proxy, with what the engine saw and sampled (``GET .../turns``)."""
+
+    turn: int
+    request: dict[str, Any]
+    response: dict[str, Any]
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    per_token_logps: list[float]
+    finish_reason: Optional[str]
+    latency_s: float
+    weight_version: Optional[str]
+    stream: bool
+    trainable: bool  # False for calls without tools (title, summary, compaction)
+    prefix_consistent: Optional[bool] = None  # None on the first turn
+    upstream_status: int = 200
+    upstream_error: Optional[str] = None
+    timestamp: float = field(default_factory=time.time)
+    completion_tokens: list[str] = field(default_factory=list)  # the sampled tokens' text, one per id
+
+    @property
+    def ok(self) -> bool:
+        """The engine answered and returned token ids for prompt and completion."""
+        return self.upstream_status < 400 and bool(self.prompt_token_ids) and self.upstream_error is None
+
+
+# --- upstream OpenEnv's opencode_env tool -----------------------------------------------------
+Endpoint = Literal["", "vllm", "openai", "hf_router"]
+
+
+class RunRolloutArguments(_Request):
+    """Arguments of the ``run_rollout`` tool, as upstream's ``OpenCodeEnv.run_rollout`` sends them."""
+
+    endpoint: Endpoint = Field("", description="'vllm': the stack's inference service; 'openai' / 'hf_router': "
+                               "that provider (base URL, key and model from the arguments or the server's settings)")
+    base_url: str = Field("", description="OpenAI-compatible base URL ending in /v1; empty: the stack's inference")
+    api_key: str = Field("", description="bearer token for an external base_url; sent upstream by the service, "
+                                         "never written into the sandbox, a trace or a log")
+    model: str = Field("", description="model id at the endpoint; empty: its default")
+    instruction: str = Field(min_length=1, max_length=200_000, description="the prompt given to opencode")
+    setup: Optional[list[str]] = Field(None, description="bash commands run in the sandbox before the agent")
+    verify: Optional[list[str]] = Field(None, description="bash commands run after the agent; reward = passed/total")
+    task_id: str = Field("", description="echoed back in the result")
+    mode: Literal["transparent_proxy", "black_box"] = Field(
+        "transparent_proxy", description="'black_box': relay the model calls without recording turns")
+    disable_thinking: Optional[bool] = Field(
+        None, description="send chat_template_kwargs.enable_thinking=false; default: on for 'vllm', off otherwise")
+    max_tokens_cap: int = Field(4096, description="clamp on each call's max_tokens; <= 0: no clamp")
+    top_logprobs: int = Field(5, ge=0, le=20, description="top-k logprobs asked of the engine")
+    agent_timeout_s: float = Field(600.0, gt=0, le=3600, description="wall-clock budget of the agent run")
+    template: str = Field("", description="upstream's E2B template name; ignored: one local sandbox image")
+
+
+class RolloutTurn(_Reply):
+    """One intercepted LLM turn (upstream's ``RolloutTurn``)."""
+
+    turn: int
+    finish_reason: Optional[str] = None
+    completion_tokens: list[str] = Field(default_factory=list)
+    completion_token_ids: list[int] = Field(default_factory=list)
+    per_token_logps: list[float] = Field(default_factory=list)
+    latency_s: float = 0.0
+    timestamp: float = 0.0
+    upstream_status: Optional[int] = None
+    upstream_error: Optional[dict[str, Any]] = None
+
+
+class CommandResult(_Reply):
+    """One setup or verify command (upstream's ``CommandResult``)."""
+
+    cmd: str
+    exit_code: Optional[int] = None
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+
+
+class RolloutResult(_Reply):
+    """What ``run_rollout`` returns, as JSON text (upstream's ``RolloutResult``)."""
+
+    task_id: str = ""
+    sandbox_id: str = ""
+    reward: Optional[float] = None
+    agent_exit_code: Optional[int] = None
+    wall_s: float = 0.0
+    mode: str = "black_box"
+    setup_results: list[CommandResult] = Field(default_factory=list)
+    verify_results: list[CommandResult] = Field(default_factory=list)
+    proxy_turns: list[RolloutTurn] = Field(default_factory=list)
+    files: dict[str, str] = Field(default_factory=dict)
+    files_extra: list[str] = Field(default_factory=list)
+    agent_log_tail: str = ""
+    proxy_log_tail: str = ""
+    error: Optional[str] = None
+
+
+class OpenCodeState(_Reply):
+    """State of one OpenEnv session (upstream's ``OpenCodeState``)."""
+
+    episode_id: Optional[str] = None
+    step_count: int = 0
+    rollouts_completed: int = 0
+    last_reward: Optional[float] = None
+    last_task_id: Optional[str] = None
+    last_sandbox_id: Optional[str] = None

@@ -1,0 +1,134 @@
+"""The rollouts HTTP API: create, wait for, verify, inspect and close rollouts (see the service README)."""
+
+import asyncio
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from opencode_env_client.models import COMPLETED, FINAL, INFRA_FAILURE, CreatedRollout, Health, RolloutRequest, Turn
+
+from . import run_rollout
+from .openenv_sessions import SessionRegistry
+from .rollouts import Rollout
+from .sandbox import SandboxError
+from .service import RolloutService, ServiceError
+from .trace import TraceStore, training_trace
+
+MAX_WAIT_S = 3600.0
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
+    """``{"detail": {"message": ..., **data}}`` with the error's status."""
+    return JSONResponse({"detail": {"message": exc.message, **exc.data}}, status_code=exc.status)
+
+
+def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegistry) -> APIRouter:
+    """The HTTP API over ``service``; archived rollouts are read from ``store``."""
+    router = APIRouter()
+    manager, settings = service.manager, service.settings
+
+    def live(rollout_id: str) -> Rollout:
+        rollout = manager.rollouts.get(rollout_id)
+        if rollout is None:
+            raise ServiceError(404, f"no live rollout {rollout_id!r}")
+        return rollout
+
+    def recorded(rollout_id: str) -> tuple[dict[str, Any], list[Turn]]:
+        """Summary and turns of a live rollout, or of one on the traces volume (e.g. before a restart)."""
+        if rollout_id in manager.rollouts:
+            rollout = manager.rollouts[rollout_id]
+            return rollout.summary().model_dump(), rollout.turns
+        archived = store.load(rollout_id)
+        if archived is None:
+            raise ServiceError(404, f"unknown rollout {rollout_id!r}")
+        summary, turns = archived
+        summary.pop("verification", None)
+        return summary, turns
+
+    @router.get("/health")
+    async def health() -> Response:
+        return _json(Health(status="healthy", active_rollouts=manager.active,
+                            max_rollouts=settings.max_concurrent_rollouts, seats=manager.seats,
+                            warm_agents=manager.warm_agents, sessions=sessions.active, max_sessions=sessions.max_sessions,
+                            inference_url=settings.inference_url,
+                            network_isolation=settings.network_isolation).model_dump())
+
+    @router.get("/schema")
+    async def schema() -> Response:
+        return _json({"rollout_request": RolloutRequest.model_json_schema(), "tools": [run_rollout.TOOL]})
+
+    @router.post("/rollouts", status_code=201)
+    async def create(request: RolloutRequest, http_request: Request) -> Response:
+        rollout = await service.start(request)
+        host = http_request.headers.get("host", f"127.0.0.1:{settings.port}")
+        created = CreatedRollout(rollout_id=rollout.id, task_id=rollout.task.task_id, api_key=rollout.key,
+                                 status=rollout.status, proxy_base_url=f"http://{host}/v1", model=rollout.model)
+        return _json(created.model_dump(), 201)
+
+    @router.get("/rollouts/{rollout_id}")
+    async def status(rollout_id: str) -> Response:
+        return _json(recorded(rollout_id)[0])
+
+    @router.post("/rollouts/{rollout_id}/wait")
+    async def wait(rollout_id: str, timeout_s: float = 600.0) -> Response:
+        rollout = live(rollout_id)
+        stopping = asyncio.ensure_future(manager.stopping.wait())
+        try:
+            await asyncio.wait({rollout.runner, stopping}, timeout=min(max(timeout_s, 0.0), MAX_WAIT_S),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if manager.stopping.is_set() and rollout.status not in FINAL:
+            raise ServiceError(503, "the service is restarting: the rollout is recorded as an infrastructure failure "
+                                    "(service restarted) and cannot be scored",
+                               {"rollout_id": rollout.id, "status": INFRA_FAILURE})
+        return _json(rollout.summary().model_dump())
+
+    @router.post("/rollouts/{rollout_id}/finish")
+    async def finish(rollout_id: str) -> Response:
+        rollout = live(rollout_id)
+        rollout.stop(COMPLETED, "finished by the client")
+        return _json(rollout.summary().model_dump())
+
+    @router.get("/rollouts/{rollout_id}/trace")
+    async def trace(rollout_id: str) -> Response:
+        return _json(training_trace(recorded(rollout_id)[1], rollout_id))
+
+    @router.get("/rollouts/{rollout_id}/turns")
+    async def turns(rollout_id: str) -> Response:
+        return _json([asdict(t) for t in recorded(rollout_id)[1]])
+
+    @router.post("/rollouts/{rollout_id}/verify")
+    async def verify(rollout_id: str) -> Response:
+        try:
+            return _json((await manager.verify(live(rollout_id))).model_dump())
+        except ValueError as exc:
+            raise ServiceError(409, str(exc)) from None
+
+    @router.get("/rollouts/{rollout_id}/files")
+    async def files(rollout_id: str) -> Response:
+        try:
+            return _json((await live(rollout_id).sandbox.list_files())[0])
+        except SandboxError as exc:
+            raise ServiceError(409, f"cannot list the rollout's files: {exc}") from None
+
+    @router.get("/rollouts/{rollout_id}/logs")
+    async def logs(rollout_id: str) -> Response:
+        return Response(await manager.agent_log(live(rollout_id)), media_type="text/plain")
+
+    @router.delete("/rollouts/{rollout_id}", status_code=204)
+    async def close(rollout_id: str) -> Response:
+        await manager.close(live(rollout_id))
+        return Response(status_code=204)
+
+    @router.get("/v1/models")
+    async def list_models() -> Response:
+        return _json({"object": "list", "data": [{"id": "policy", "object": "model", "owned_by": "rlstack"}]})
+
+    return router
