@@ -23,8 +23,10 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABL
 RUN python3 -m venv "$VIRTUAL_ENV"
 COPY docker/requirements/opencode-env.lock /tmp/opencode-env.lock
 RUN pip install --no-deps -r /tmp/opencode-env.lock
+# The client package holds the wire contract (opencode_env_client.models); the server imports only that.
+COPY services/opencode_env/client /src/opencode-env-client
 COPY services/opencode_env/server /src/opencode-env-server
-RUN pip install --no-deps /src/opencode-env-server && python3 -c "import opencode_env_server.app" \
+RUN pip install --no-deps /src/opencode-env-client /src/opencode-env-server && python3 -c "import opencode_env_server.app" \
  && opencode --version
 ENV PYTHONUNBUFFERED=1 PORT=8000 SANDBOX_ROOT=/sandboxes TRACES_DIR=/data/traces
 # Sandboxes may write only inside their own directory: no shared dir is writable by other uids

@@ -203,7 +203,9 @@ def start_opencode_env(image: str, network: Network, slots: int, *aliases: str, 
 @pytest.fixture(scope="session")
 def opencode_env(opencode_image: str, scripted_inference: DockerContainer, network: Network) -> Iterator[DockerContainer]:
     """The OpenCode env (3 slots) against the scripted inference server; ``http://opencode-env:8000`` on ``network``."""
-    # A dead upstream a test may name (every other upstream_url is refused).
-    container = start_opencode_env(opencode_image, network, 3, "opencode-env", ALLOWED_UPSTREAMS="http://127.0.0.1:9")
+    # A dead upstream and the fake provider a test may name (every other upstream_url is refused);
+    # run_rollout's rollouts end after 3 model calls of the looping scripted model.
+    container = start_opencode_env(opencode_image, network, 3, "opencode-env",
+                                   ALLOWED_UPSTREAMS="http://127.0.0.1:9,http://provider:9000", RUN_ROLLOUT_MAX_TURNS="3")
     yield container
     container.stop()

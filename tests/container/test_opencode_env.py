@@ -128,7 +128,12 @@ def test_turn_cap_stops_a_looping_agent_and_leaves_no_process(opencode_env) -> N
     try:
         status = wait(url, rollout["rollout_id"])
         assert status["status"] == "stopped" and status["turns"] == 4, status
-        assert pids_of(opencode_env, sandbox_uid(opencode_env, rollout["rollout_id"])) == set()
+        uid = sandbox_uid(opencode_env, rollout["rollout_id"])
+        deadline = time.monotonic() + 3  # a killed process may still be a zombie for a moment
+        while pids_of(opencode_env, uid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = in_container(opencode_env, "ps", "-o", "pid,ppid,stat,etime,args", "-u", uid).stdout
+        assert pids_of(opencode_env, uid) == set(), left
     finally:
         httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
@@ -265,24 +270,3 @@ def test_proxy_rejects_bad_bodies_for_a_valid_key_and_capacity_is_reported(openc
     finally:
         for r in rollouts:
             httpx.delete(f"{url}/rollouts/{r['rollout_id']}")
-
-
-def test_openenv_ws_run_rollout_returns_upstreams_result_shape(opencode_env) -> None:
-    from websockets.sync.client import connect
-
-    with connect(opencode_env.url.replace("http://", "ws://") + "/ws", max_size=None) as ws:
-        ws.send(json.dumps({"type": "reset", "data": {}}))
-        tools = json.loads(ws.recv(timeout=30))["data"]["observation"]["tools"]
-        assert [t["name"] for t in tools] == ["run_rollout"]
-        ws.send(json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "run_rollout", "arguments": {
-            "instruction": "Write solution.py that reverses its input.", "verify": ["test -f solution.py"],
-            "task_id": "ws", "agent_timeout_s": 120}}}))
-        reply = json.loads(ws.recv(timeout=300))["data"]
-        result = json.loads(reply["observation"]["result"])
-        assert reply["reward"] == result["reward"] == 1.0 and reply["done"] is True, (result["error"], result["verify_results"], result["agent_log_tail"][-600:], len(result["proxy_turns"]))
-        assert result["task_id"] == "ws" and result["verify_results"][0]["exit_code"] == 0
-        assert result["proxy_turns"] and all(t["completion_token_ids"] for t in result["proxy_turns"])
-        ws.send(json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "run_rollout",
-                                                      "arguments": {"instruction": "x", "bogus": 1}}}))
-        assert "unknown arguments" in json.loads(ws.recv(timeout=30))["data"]["observation"]["error"]
-    assert httpx.get(f"{opencode_env.url}/health").json()["active_rollouts"] == 0
