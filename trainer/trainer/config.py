@@ -30,6 +30,8 @@ KNOWN_KEYS = {
     "inference": "url of the inference service, the model name it serves",
     "weight_sync": "mode (none|checkpoint|nccl), weights_dir, server_weights_dir, verify",
     "collect": "CPU rollout collection: groups (how many task groups to collect), timeout_s",
+    "eval": "held-out evaluation: seed (held-out, not the training seed), num_questions, pool, temperature, greedy, "
+            "generate (local|inference), max_new_tokens, before_after (evaluate before and after training)",
     "grpo": "fields of trl.GRPOConfig",
     "async_grpo": "fields of trl's AsyncGRPOConfig",
 }

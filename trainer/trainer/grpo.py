@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .config import ConfigError, section
+from .evaluate import (answer_tool, before_and_after, eval_settings, held_out_evaluation, reasoning_gym_settings,
+                       write_report)
+from .generation import LocalGenerator
 from .job import finish, prepare_output, trl_fields
-from .reasoning_gym_tools import PROMPT, ReasoningGymSettings, ReasoningGymToolEnv
+from .reasoning_gym_tools import PROMPT, ReasoningGymToolEnv
 from .step_log import StepReporter
 
 log = logging.getLogger("trainer.grpo")
@@ -56,12 +59,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     rg = section(config, "reasoning_gym")
-    if "env_url" not in rg:
-        raise ConfigError("reasoning_gym.env_url is required")
-    settings = ReasoningGymSettings(env_url=rg["env_url"], dataset=rg.get("dataset", "chain_sum"),
-                                    dataset_config=dict(rg.get("dataset_config") or {}),
-                                    seed=int(rg.get("seed", config.get("seed", 42))),
-                                    dataset_size=int(rg.get("dataset_size", 1000)))
+    settings = reasoning_gym_settings(config)
+    eval_settings(config)  # a bad eval section fails before training starts
     prompt = rg.get("prompt", PROMPT)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * int(rg.get("num_prompts", 256)))
     args = GRPOConfig(**grpo_arguments(config, output_dir))
@@ -82,9 +81,29 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
                           train_dataset=dataset, callbacks=callbacks,
                           environment_factory=functools.partial(ReasoningGymToolEnv, settings))
     trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
+    evaluate = held_out_evaluator(config, trainer.model, tokenizer, prompt)
+    before = evaluate("before") if evaluate else None
     trainer.train()
+    held_out = None
+    if evaluate:
+        after = evaluate("after")
+        write_report(output_dir / "eval.json", [before, after])
+        held_out = before_and_after(config, before, after)
     return finish(trainer, reporter.records, output_dir, f"GRPO on reasoning-gym {settings.dataset}",
-                  {"rollouts": output_dir / "rollouts.jsonl"})
+                  {"rollouts": output_dir / "rollouts.jsonl", "held-out evaluation": output_dir / "eval.json"
+                   if evaluate else None}, held_out)
+
+
+def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, prompt: str) -> Optional[Any]:
+    """``label -> report`` evaluating the model being trained on the held-out questions (None when
+    ``eval.before_after`` is off)."""
+    ev = eval_settings(config)
+    if not ev["before_after"]:
+        return None
+    template = dict(section(config, "grpo").get("chat_template_kwargs") or {})
+    generate = LocalGenerator(model, tokenizer, prompt, [answer_tool(reasoning_gym_settings(config))],
+                              ev["max_new_tokens"], template)
+    return lambda label: held_out_evaluation(config, generate, label)
 
 
 def weight_sync_callback(config: dict[str, Any], tokenizer: Any) -> Optional[Any]:

@@ -34,18 +34,26 @@ def trl_fields(config: dict[str, Any], name: str, output_dir: Path, run_name: st
 
 
 def finish(trainer: Any, records: list[dict[str, Any]], output_dir: Path, title: str,
-           outputs: dict[str, Optional[Path]]) -> dict[str, Any]:
-    """Save the final model (with its tokenizer), plot the rewards, print and write the summary."""
+           outputs: dict[str, Optional[Path]], held_out: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Save the final model (with its tokenizer), plot the rewards (and the held-out accuracy before
+    and after training, if evaluated), print and write the summary."""
     final_dir = output_dir / "final"
     trainer.save_model(str(final_dir))
+    points = None
+    if held_out:
+        mode, change = next(iter(held_out["modes"].items()))
+        points = (mode, change["before"], change["after"])
     outputs = {"metrics": output_dir / "metrics.jsonl", **outputs, "final model": final_dir,
                "checkpoints": output_dir / "checkpoints",
-               "reward plot": plot_rewards(records, output_dir / "reward.png", title),
+               "reward plot": plot_rewards(records, output_dir / "reward.png", title, points),
                "trackio": Path(os.environ["TRACKIO_DIR"])}
     text = summarize(records, outputs)
+    if held_out:
+        text = "\n".join([text, *held_out["lines"]])
     print(text, flush=True)
     summary = {"steps": len(records), "rewards": [r.get("reward") for r in records],
                "step_time_s": [r.get("step_time_s") for r in records],
+               "held_out": held_out["modes"] if held_out else None,
                "outputs": {k: str(v) for k, v in outputs.items() if v is not None}, "text": text}
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

@@ -26,8 +26,10 @@ def format_step(step: int, total: int, record: dict[str, Any]) -> str:
     return " | ".join(parts).replace(" | ±", " ±")
 
 
-def plot_rewards(records: list[dict[str, Any]], path: Path, title: str) -> Optional[Path]:
-    """Reward mean (± std band) per step as a PNG; None when no step logged a reward."""
+def plot_rewards(records: list[dict[str, Any]], path: Path, title: str,
+                 held_out: Optional[tuple[str, float, float]] = None) -> Optional[Path]:
+    """Reward mean (± std band) per step as a PNG, with the held-out accuracy before (step 0) and
+    after (last step) training when given as ``(mode, before, after)``; None when no step logged a reward."""
     points = [(r["step"], r["reward"], r.get("reward_std") or 0.0) for r in records if r.get("reward") is not None]
     if not points:
         return None
@@ -41,6 +43,10 @@ def plot_rewards(records: list[dict[str, Any]], path: Path, title: str) -> Optio
     ax.plot(steps, means, marker="o", label="reward (mean over the batch)")
     ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)], alpha=0.2,
                     label="± std")
+    if held_out is not None:
+        mode, before, after = held_out
+        ax.plot([0, steps[-1]], [before, after], marker="s", linestyle="--", color="tab:red",
+                label=f"held-out accuracy ({mode}), before and after")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("reward")
     ax.set_title(title)
