@@ -31,6 +31,9 @@ up-gpu: ## the same on an NVIDIA GPU host: real vLLM, Qwen3-1.7B, NCCL weight sy
 	@$(MAKE) --no-print-directory urls
 	$(BASE) $(GPU_COMPOSE) up --build --no-deps --no-log-prefix trainer
 
+eval: ## held-out evaluation on the running stack (EVAL_MODEL: a model folder in the trainer, default the CPU job's final/)
+	$(BASE) docker compose run --rm --no-deps trainer "python3 -m trainer eval --config \"\$$GRPO_CONFIG\" --model $${EVAL_MODEL:-/outputs/grpo-cpu/final} --out /outputs/eval/eval.json"
+
 urls: ## where the services listen
 	@echo "reasoning-gym-env: http://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}  (WebSocket ws://127.0.0.1:$${REASONING_GYM_ENV_PORT:-8001}/ws)"
 	@echo "inference:         http://127.0.0.1:$${INFERENCE_PORT:-8000}/v1  (OpenAI API)"

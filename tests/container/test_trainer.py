@@ -84,7 +84,7 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
     # Held-out accuracy before and after training, on the same 200 questions, none a training question.
     summary = json.loads((run / "summary.json").read_text())
     sampled = summary["held_out"]["T=1.0"]
-    assert re.search(r"held-out accuracy \(T=1, 200 questions\): [\d.]+% -> [\d.]+% \([+-][\d.]+ pts, 95% CI "
+    assert re.search(r"held-out accuracy \(T=1\.0, 200 questions\): [\d.]+% -> [\d.]+% \([+-][\d.]+ pts, 95% CI "
                      r"[+-][\d.]+\.\.[+-][\d.]+\)", log), log[-2000:]
     assert sampled["points"] == pytest.approx(100 * (sampled["after"] - sampled["before"]))
     before, after = json.loads((run / "eval.json").read_text())["evaluations"]
@@ -227,10 +227,27 @@ def test_eval_scores_come_from_the_env_server_and_match_the_inference_path(
 ])
 def test_eval_bad_input_is_a_clear_error_and_leaves_no_eval_json(trainer_image, models_volume, network, gym_env,
                                                                  outputs, extra, message, exit_code):
-    (outputs / "eval").mkdir(mode=0o777)
+    (outputs / "eval").mkdir()
+    os.chmod(outputs / "eval", 0o777)  # the trainer's uid may remove the stale file
     (outputs / "eval" / "eval.json").write_text('{"stale": true}')
-    os.chmod(outputs / "eval" / "eval.json", 0o666)
     log = run_trainer(trainer_image, network, outputs, *eval_args(*extra), volumes={models_volume: "/models"},
                       exit_code=exit_code)
     assert message in log and "Traceback" not in log
     assert not (outputs / "eval" / "eval.json").exists()
+
+
+def test_eval_runs_the_held_out_coding_tasks_on_opencode_env(trainer_image, models_volume, network, opencode_env,
+                                                             outputs):
+    from trainer.coding_tasks import load_tasks
+
+    run_trainer(trainer_image, network, outputs, "eval", "--config", "async-grpo-cpu.yaml", "--set",
+                "output_dir=/outputs/oc-eval", "--set", f"inference.model={MODEL_NAME}", volumes={models_volume: "/models"})
+    report = json.loads((outputs / "oc-eval" / "eval.json").read_text())["evaluations"][0]
+    (mode, result), = report["modes"].items()
+    records = result["records"]
+    assert mode == "T=1.0" and len(records) == 10 and report["unscored"] == 0
+    assert {r["task_id"] for r in records} == {t.task_id for t in load_tasks(split="held_out")}
+    for r in records:  # each score is the service's verification of that rollout
+        verification = httpx.get(f"{opencode_env.url}/rollouts/{r['rollout_id']}", timeout=30).json()
+        assert verification["reward"] == r["reward"] and verification["final"]
+    assert result["summary"]["accuracy"] == sum(r["correct"] for r in records) / 10

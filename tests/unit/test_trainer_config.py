@@ -50,9 +50,11 @@ def test_shipped_configs_load_by_bare_name(name, monkeypatch, tmp_path):
 
 
 def test_shipped_task_set_is_graded_with_held_out_tests():
-    tasks = load_tasks()
+    tasks = load_tasks(split="all")
     assert len(tasks) == 50 and len({t.task_id for t in tasks}) == 50
     assert all(len(t.tests) >= 4 and "solution.py" in t.instruction for t in tasks)
+    train, held_out = load_tasks(), load_tasks(split="held_out")
+    assert len(train) == 40 and len(held_out) == 10 and not {t.task_id for t in train} & {t.task_id for t in held_out}
     easy = load_tasks(difficulties=[1], limit=3, limits={"max_turns": 4})
     assert [t.task_id[:3] for t in easy] == ["c01", "c02", "c03"]
     assert all(t.limits == Limits(max_turns=4) for t in easy)

@@ -1,7 +1,8 @@
 """``python -m trainer {grpo,async-grpo,eval} --config FILE [--set KEY=VALUE ...]``.
 
 ``eval`` evaluates a model (``--model``: the base model, a checkpoint, ``final/``; default the
-config's) on the held-out questions of a GRPO config.
+config's) on the held-out questions of a GRPO config, or on the held-out coding tasks of an
+AsyncGRPO config (with the model the inference service serves).
 """
 
 import argparse
@@ -33,8 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides + ([f"eval.generate={args.generate}"] if args.generate else []))
         if args.job == "eval":
-            if config.get("job", "grpo") != "grpo":
-                raise ConfigError(f"{args.config} is a {config['job']!r} config; eval needs a GRPO (reasoning-gym) config")
             from .evaluate import run as evaluate
 
             evaluate(config, args.model, args.out)

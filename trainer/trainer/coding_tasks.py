@@ -1,5 +1,9 @@
 """The coding task set shipped with the trainer: 50 stdin/stdout tasks of graded difficulty (1-3)
-with held-out tests, in the OpenCode env service's ``Task`` shape."""
+with held-out tests, in the OpenCode env service's ``Task`` shape.
+
+The set is split once and for all: every ``HELD_OUT_EVERY``-th task of the file (10 of 50, of each
+difficulty) is held out for evaluation, and training jobs see only the others.
+"""
 
 import json
 from importlib import resources
@@ -9,16 +13,24 @@ from typing import Any, Optional, Sequence
 from opencode_env_client.models import Task
 
 
+HELD_OUT_EVERY = 5
+SPLITS = ("train", "held_out", "all")
+
+
 def load_tasks(path: Optional[Path] = None, difficulties: Optional[Sequence[int]] = None,
-               limit: Optional[int] = None, limits: Optional[dict[str, Any]] = None) -> list[Task]:
-    """Tasks from ``path`` (default: the shipped set), filtered by difficulty, at most ``limit``.
+               limit: Optional[int] = None, limits: Optional[dict[str, Any]] = None, split: str = "train") -> list[Task]:
+    """Tasks of ``split`` from ``path`` (default: the shipped set), filtered by difficulty, at most ``limit``.
 
     ``limits`` (the service's per-rollout ``Limits`` fields) is applied to every task.
     """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     text = path.read_text() if path else (resources.files("trainer") / "data" / "coding_tasks.jsonl").read_text()
     tasks = []
-    for line in text.splitlines():
-        if not line.strip():
+    lines = [line for line in text.splitlines() if line.strip()]
+    for position, line in enumerate(lines):
+        held_out = position % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+        if split != "all" and held_out != (split == "held_out"):
             continue
         raw = json.loads(line)
         if difficulties and raw.get("difficulty") not in difficulties:

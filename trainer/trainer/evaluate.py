@@ -1,10 +1,16 @@
 """``python -m trainer eval``: held-out evaluation of a policy through the env services' clients.
 
-reasoning-gym: ``eval.num_questions`` questions of the held-out seed ``eval.seed`` (none of them
-among the training run's questions), answered by the policy in the training format, scored by the
-env server; accuracy and mean score with 95% intervals, sampled at the training temperature (what
-GRPO optimises) and greedy. Writes ``eval.json`` (per-question records and the summary) and prints
-a table. The training jobs call ``held_out_evaluation`` before and after training.
+reasoning-gym (a GRPO config): ``eval.num_questions`` questions of the held-out seed ``eval.seed``
+(none of them among the training run's questions), answered by the policy in the training format,
+scored by the env server; accuracy and mean score with 95% intervals, sampled at the training
+temperature (what GRPO optimises) and greedy. The training jobs call ``held_out_evaluation``
+before and after training.
+
+OpenCode (an AsyncGRPO config): the held-out coding tasks (never in a training job), each one
+rollout of the real agent on ``opencode-env`` with the model the inference service serves; pass
+rate (all held-out tests pass) and mean reward.
+
+Both write ``eval.json`` (per-question or per-task records and the summary) and print a table.
 """
 
 import json
@@ -16,7 +22,7 @@ from typing import Any, Optional
 
 from .config import ConfigError, section
 from .held_out import Generate, held_out_questions, score_answers, summary_of
-from .reasoning_gym_tools import PROMPT, ReasoningGymSettings, ReasoningGymToolEnv
+from .reasoning_gym_tools import PROMPT, EnvUnavailable, ReasoningGymSettings, ReasoningGymToolEnv
 
 log = logging.getLogger("trainer.evaluate")
 
@@ -107,7 +113,7 @@ def generator_for(config: dict[str, Any], model_path: Optional[str], mode: str) 
         from .generation import InferenceGenerator
 
         inference = section(config, "inference")
-        return InferenceGenerator(inference.get("url", "http://inference:8000"), inference.get("model") or "policy",
+        return InferenceGenerator(inference.get("url", "http://inference:8000"), inference.get("model"),
                                   prompt, [get_json_schema(answer_tool(training))], ev["max_new_tokens"], template)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -123,14 +129,60 @@ def generator_for(config: dict[str, Any], model_path: Optional[str], mode: str) 
     return LocalGenerator(model, tokenizer, prompt, [answer_tool(training)], ev["max_new_tokens"], template)
 
 
+def opencode_evaluation(config: dict[str, Any], label: str) -> dict[str, Any]:
+    """Each held-out coding task once on ``opencode-env``, sampled at the training temperature by the
+    model the inference service serves; ``{"modes": {"T=...": {"summary", "records"}}}``."""
+    import concurrent.futures
+
+    from opencode_env_client import OpenCodeEnvClient, OpenCodeEnvError
+
+    from .coding_tasks import load_tasks
+
+    oc, inference = section(config, "opencode"), section(config, "inference")
+    if "env_url" not in oc:
+        raise ConfigError("opencode.env_url is required")
+    temperature = float(section(config, "eval").get("temperature", section(config, "async_grpo").get("temperature", 1.0)))
+    tasks = load_tasks(Path(oc["tasks"]) if oc.get("tasks") else None, limits=oc.get("limits"), split="held_out")
+    began = time.monotonic()
+    client = OpenCodeEnvClient(oc["env_url"])
+    try:
+        client.health()
+    except OpenCodeEnvError as exc:
+        raise EnvUnavailable(f"opencode env at {oc['env_url']} unreachable: {exc}") from None
+
+    def one(index: int, task: Any) -> dict[str, Any]:
+        created = client.create_rollout(task, sampling={"temperature": temperature}, model=inference.get("model"))
+        try:
+            summary = client.wait(created.rollout_id, float(oc.get("wait_timeout_s", 900)))
+            verification = client.verify(created.rollout_id)
+        finally:
+            client.delete(created.rollout_id)
+        return {"task_id": task.task_id, "rollout_id": created.rollout_id, "status": summary.status,
+                "reward": verification.reward, "passed": verification.passed, "total": verification.total,
+                "correct": verification.reward == 1.0, "score": verification.reward or 0.0, "index": index,
+                "answer": None if verification.reward is None else summary.status}  # answered: scored
+
+    workers = max(1, int(section(config, "eval").get("concurrency", 2)))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        records = list(pool.map(one, range(len(tasks)), tasks))
+    scored = [r for r in records if r["reward"] is not None]
+    mode = f"T={temperature}"
+    report = {"label": label, "tasks": "held_out", "unscored": len(records) - len(scored),
+              "modes": {mode: {"temperature": temperature, "summary": summary_of(scored), "records": records}},
+              "seconds": time.monotonic() - began}
+    return report
+
+
 def run(config: dict[str, Any], model_path: Optional[str] = None, out: Optional[Path] = None) -> dict[str, Any]:
     """Evaluate one model (default: the config's) and write ``eval.json``; returns the report."""
-    ev = eval_settings(config)
     label = Path(model_path or config["model"]).name or "model"
     path = out or Path(config.get("output_dir", "outputs/eval")) / "eval.json"
     path.unlink(missing_ok=True)  # a failed evaluation must not leave an earlier one looking current
-    generate = generator_for(config, model_path, ev["generate"])
-    report = held_out_evaluation(config, generate, label)
+    if config.get("job") == "async-grpo":
+        report = opencode_evaluation(config, label)
+    else:
+        generate = generator_for(config, model_path, eval_settings(config)["generate"])
+        report = held_out_evaluation(config, generate, label)
     write_report(path, [report])
     print(table([report]), flush=True)
     print(f"eval.json: {path}", flush=True)

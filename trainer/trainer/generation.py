@@ -66,9 +66,11 @@ class LocalGenerator:
 
 
 class InferenceGenerator:
-    """Generates on the inference service (``POST /v1/chat/completions`` with the tool), several at once."""
+    """Generates on the inference service (``POST /v1/chat/completions`` with the tool), several at
+    once; ``model`` None: the one the service lists first."""
 
-    def __init__(self, url: str, model: str, prompt: str, tool_schemas: Sequence[dict[str, Any]], max_new_tokens: int,
+    def __init__(self, url: str, model: Optional[str], prompt: str, tool_schemas: Sequence[dict[str, Any]],
+                 max_new_tokens: int,
                  chat_template_kwargs: Optional[dict[str, Any]] = None, concurrency: int = 8,
                  timeout_s: float = 120.0) -> None:
         self.url, self.model, self.prompt, self.tools = url.rstrip("/"), model, prompt, list(tool_schemas)
@@ -96,4 +98,6 @@ class InferenceGenerator:
     def __call__(self, questions: Sequence[str], temperature: float) -> list[Optional[str]]:
         with httpx.Client(timeout=self.timeout_s) as client, \
                 concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
+            if self.model is None:  # the model the service serves
+                self.model = client.get(f"{self.url}/v1/models").raise_for_status().json()["data"][0]["id"]
             return list(pool.map(lambda q: self._one(client, q, temperature), questions))

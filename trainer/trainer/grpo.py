@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .config import ConfigError, section
-from .evaluate import (answer_tool, before_and_after, eval_settings, held_out_evaluation, reasoning_gym_settings,
-                       write_report)
+from .evaluate import (answer_tool, before_and_after, eval_settings, generator_for, held_out_evaluation,
+                       reasoning_gym_settings, write_report)
 from .generation import LocalGenerator
 from .job import finish, prepare_output, trl_fields
 from .reasoning_gym_tools import PROMPT, ReasoningGymToolEnv
@@ -96,13 +96,17 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 
 def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, prompt: str) -> Optional[Any]:
     """``label -> report`` evaluating the model being trained on the held-out questions (None when
-    ``eval.before_after`` is off)."""
+    ``eval.before_after`` is off): in this process, or with ``eval.generate: inference`` on the
+    inference service, whose weights follow the trained model (vLLM server mode)."""
     ev = eval_settings(config)
     if not ev["before_after"]:
         return None
-    template = dict(section(config, "grpo").get("chat_template_kwargs") or {})
-    generate = LocalGenerator(model, tokenizer, prompt, [answer_tool(reasoning_gym_settings(config))],
-                              ev["max_new_tokens"], template)
+    if ev["generate"] == "inference":
+        generate = generator_for(config, None, "inference")
+    else:
+        template = dict(section(config, "grpo").get("chat_template_kwargs") or {})
+        generate = LocalGenerator(model, tokenizer, prompt, [answer_tool(reasoning_gym_settings(config))],
+                                  ev["max_new_tokens"], template)
     return lambda label: held_out_evaluation(config, generate, label)
 
 
