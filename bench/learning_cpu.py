@@ -1,0 +1,98 @@
+"""Does the default CPU GRPO job learn? Held-out accuracy before and after, per seed.
+
+Runs the shipped `grpo-cpu.yaml` job (the default `make up` training job) in the trainer image
+against the reasoning-gym env image on a private Docker network, once per seed, with the model
+`model-init` makes (`/models/answer-policy`). Prints, per seed: held-out accuracy (sampled at the
+training temperature, and greedy) before and after training with the paired 95% interval of the
+change, the training reward of the first and last steps, and wall time per phase (evaluation
+before, training, evaluation after). Targets live here, not in tests: +20 points sampled, every seed,
+the whole job within 8 minutes.
+
+    python bench/learning_cpu.py [--seeds 42 43 44] [--tag dev] [--set KEY=VALUE ...]
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import tempfile
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+from containers import docker, wait_http
+
+TARGET_POINTS, TARGET_SECONDS = 20.0, 8 * 60
+STAMP = re.compile(r"^(\d\d:\d\d:\d\d) INFO trainer\.(?:grpo|evaluate): (GRPO:|held-out evaluation \((before|after)\))")
+
+
+def phases(log: str) -> dict[str, float]:
+    """Seconds of each phase, from the job's time-stamped log lines."""
+    marks = {}
+    for line in log.splitlines():
+        match = STAMP.match(line)
+        if match:
+            marks[match.group(3) or "start"] = datetime.strptime(match.group(1), "%H:%M:%S")
+    if not {"start", "before", "after"} <= set(marks):
+        return {}
+    return {"eval before + load": (marks["before"] - marks["start"]).total_seconds(),
+            "train + eval after": (marks["after"] - marks["before"]).total_seconds()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--tag", default="dev")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    name = uuid.uuid4().hex[:8]
+    net, models = f"rlstack-learn-{name}", f"rlstack-learn-models-{name}"
+    docker("network", "create", net)
+    docker("volume", "create", models)
+    gym = None
+    try:
+        docker("run", "--rm", "-v", f"{models}:/models", f"rlstack/inference-cpu:{args.tag}", "/bin/sh", "-ec",
+               "python3 -m rlstack_inference.default_model --out /models/default && "
+               "python3 -m rlstack_inference.default_model --out /models/answer-policy --tokenizer-from "
+               "/models/default --choices 0,1,2,3,4,5,6,7,8,9 --scripted-tool-call "
+               "'{\"name\": \"answer\", \"arguments\": {\"answer\": \"{choice}\"}}'")
+        gym = docker("run", "-d", "--network", net, "--network-alias", "reasoning-gym-env", "-p", "127.0.0.1::8000",
+                     f"rlstack/reasoning-gym-env:{args.tag}")
+        wait_http("http://" + docker("port", gym, "8000/tcp").splitlines()[0] + "/health", 60)
+        print(f"default CPU GRPO job (grpo-cpu.yaml), {len(args.seeds)} seeds; targets: >= +{TARGET_POINTS:g} pts "
+              f"sampled, <= {TARGET_SECONDS / 60:g} min")
+        print(f"{'seed':>5}{'sampled before':>16}{'after':>8}{'change (95% CI)':>24}{'greedy before':>15}{'after':>8}"
+              f"{'reward first/last 3':>21}{'job s':>8}  phases")
+        for seed in args.seeds:
+            with tempfile.TemporaryDirectory(prefix="rlstack-learn-") as out:
+                Path(out).chmod(0o777)
+                began = time.monotonic()
+                run = subprocess.run(["docker", "run", "--rm", "--network", net, "-v", f"{models}:/models:ro",
+                                      "-v", f"{out}:/outputs", f"rlstack/trainer-cpu:{args.tag}", "grpo", "--config",
+                                      "grpo-cpu.yaml", "--set", "model=/models/answer-policy", "--set",
+                                      "output_dir=/outputs/grpo", "--set", f"seed={seed}", "--set", "grpo.report_to=[]",
+                                      *[a for o in args.overrides for a in ("--set", o)]],
+                                     capture_output=True, text=True)
+                seconds = time.monotonic() - began
+                if run.returncode != 0:
+                    raise SystemExit(f"seed {seed}: the job failed:\n{(run.stdout + run.stderr)[-3000:]}")
+                summary = json.loads((Path(out) / "grpo" / "summary.json").read_text())
+            held = summary["held_out"]
+            sampled, greedy = held[next(m for m in held if m.startswith("T="))], held.get("greedy", {})
+            rewards = [r for r in summary["rewards"] if r is not None]
+            n = min(3, len(rewards))
+            print(f"{seed:>5}{100 * sampled['before']:>15.1f}%{100 * sampled['after']:>7.1f}%"
+                  f"{sampled['points']:>+9.1f} ({sampled['ci_low']:+.1f}..{sampled['ci_high']:+.1f})"
+                  f"{100 * greedy.get('before', 0):>14.1f}%{100 * greedy.get('after', 0):>7.1f}%"
+                  f"{sum(rewards[:n]) / n:>12.3f} / {sum(rewards[-n:]) / n:.3f}{seconds:>8.0f}  "
+                  + ", ".join(f"{k} {v:.0f} s" for k, v in phases(run.stdout + run.stderr).items()))
+    finally:
+        if gym:
+            subprocess.run(["docker", "rm", "-f", gym], capture_output=True)
+        subprocess.run(["docker", "network", "rm", net], capture_output=True)
+        subprocess.run(["docker", "volume", "rm", "-f", models], capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
