@@ -45,23 +45,33 @@ class LocalGenerator:
                                                     add_generation_prompt=True, **self.chat_template_kwargs)
                  for q in questions]
         side, self.tokenizer.padding_side = self.tokenizer.padding_side, "left"
-        answers: list[Optional[str]] = []
         was_training = self.model.training
         self.model.eval()
-        try:
-            for start in range(0, len(texts), self.batch_size):
-                batch = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
-                                       add_special_tokens=False).to(self.model.device)
-                sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
-                    else {"do_sample": False}
-                with torch.no_grad():
-                    out = self.model.generate(**batch, max_new_tokens=self.max_new_tokens,
-                                              pad_token_id=self.tokenizer.pad_token_id, **sampling)
-                new = out[:, batch["input_ids"].shape[1]:]
-                answers += [parse_answer(self.tokenizer.decode(ids, skip_special_tokens=False)) for ids in new]
-        finally:
-            self.tokenizer.padding_side = side
-            self.model.train(was_training)
+        # Sampling here must not move the training run's random stream (an evaluation before
+        # training would otherwise change which completions GRPO samples).
+        devices = [self.model.device] if self.model.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            try:
+                answers = self._generate(texts, temperature)
+            finally:
+                self.tokenizer.padding_side = side
+                self.model.train(was_training)
+        return answers
+
+    def _generate(self, texts: list[str], temperature: float) -> list[Optional[str]]:
+        import torch
+
+        answers: list[Optional[str]] = []
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
+            else {"do_sample": False}
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
+                                   add_special_tokens=False).to(self.model.device)
+            with torch.no_grad():
+                out = self.model.generate(**batch, max_new_tokens=self.max_new_tokens,
+                                          pad_token_id=self.tokenizer.pad_token_id, **sampling)
+            new = out[:, batch["input_ids"].shape[1]:]
+            answers += [parse_answer(self.tokenizer.decode(ids, skip_special_tokens=False)) for ids in new]
         return answers
 
 
