@@ -245,9 +245,9 @@ def test_eval_runs_the_held_out_coding_tasks_on_opencode_env(trainer_image, mode
     report = json.loads((outputs / "oc-eval" / "eval.json").read_text())["evaluations"][0]
     (mode, result), = report["modes"].items()
     records = result["records"]
-    assert mode == "T=1.0" and len(records) == 10 and report["unscored"] == 0
+    assert mode == "T=1.0" and len(records) == 10 and report["unscored"] == 0, records
     assert {r["task_id"] for r in records} == {t.task_id for t in load_tasks(split="held_out")}
     for r in records:  # each score is the service's verification of that rollout
         verification = httpx.get(f"{opencode_env.url}/rollouts/{r['rollout_id']}", timeout=30).json()
-        assert verification["reward"] == r["reward"] and verification["final"]
+        assert verification["reward"] == r["reward"] and verification["final"], (r, verification)
     assert result["summary"]["accuracy"] == sum(r["correct"] for r in records) / 10

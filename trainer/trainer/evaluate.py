@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .config import ConfigError, section
-from .held_out import Generate, held_out_questions, score_answers, summary_of
+from .held_out import Generate, Question, held_out_questions, score_answers, summary_of
 from .reasoning_gym_tools import PROMPT, EnvUnavailable, ReasoningGymSettings, ReasoningGymToolEnv
 
 log = logging.getLogger("trainer.evaluate")
@@ -60,11 +60,18 @@ def answer_tool(settings: ReasoningGymSettings) -> Any:
     return ReasoningGymToolEnv(settings).answer
 
 
-def held_out_evaluation(config: dict[str, Any], generate: Generate, label: str) -> dict[str, Any]:
-    """Evaluate ``generate`` on the held-out questions: ``{"summary", "records"}`` per sampling mode."""
+def held_out_set(config: dict[str, Any]) -> tuple[list[Question], int]:
+    """The config's held-out questions and how many candidates were skipped as training questions."""
+    training, ev = reasoning_gym_settings(config), eval_settings(config)
+    return held_out_questions(training, training.dataset_size, ev["seed"], ev["num_questions"], ev["pool"])
+
+
+def held_out_evaluation(config: dict[str, Any], generate: Generate, label: str,
+                        held_out: tuple[list[Question], int]) -> dict[str, Any]:
+    """Evaluate ``generate`` on ``held_out`` (from ``held_out_set``): ``{"summary", "records"}`` per sampling mode."""
     training, ev = reasoning_gym_settings(config), eval_settings(config)
     began = time.monotonic()
-    questions, skipped = held_out_questions(training, training.dataset_size, ev["seed"], ev["num_questions"], ev["pool"])
+    questions, skipped = held_out
     modes = {f"T={ev['temperature']}": ev["temperature"]}
     if ev["greedy"]:
         modes["greedy"] = 0.0
@@ -182,7 +189,7 @@ def run(config: dict[str, Any], model_path: Optional[str] = None, out: Optional[
         report = opencode_evaluation(config, label)
     else:
         generate = generator_for(config, model_path, eval_settings(config)["generate"])
-        report = held_out_evaluation(config, generate, label)
+        report = held_out_evaluation(config, generate, label, held_out_set(config))
     write_report(path, [report])
     print(table([report]), flush=True)
     print(f"eval.json: {path}", flush=True)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from .config import ConfigError, section
 from .evaluate import (answer_tool, before_and_after, eval_settings, generator_for, held_out_evaluation,
-                       reasoning_gym_settings, write_report)
+                       held_out_set, reasoning_gym_settings, write_report)
 from .generation import LocalGenerator
 from .job import finish, prepare_output, trl_fields
 from .reasoning_gym_tools import PROMPT, ReasoningGymToolEnv
@@ -107,7 +107,8 @@ def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, promp
         template = dict(section(config, "grpo").get("chat_template_kwargs") or {})
         generate = LocalGenerator(model, tokenizer, prompt, [answer_tool(reasoning_gym_settings(config))],
                                   ev["max_new_tokens"], template)
-    return lambda label: held_out_evaluation(config, generate, label)
+    questions = held_out_set(config)  # once: before and after answer the same questions
+    return lambda label: held_out_evaluation(config, generate, label, questions)
 
 
 def weight_sync_callback(config: dict[str, Any], tokenizer: Any) -> Optional[Any]:

@@ -1,9 +1,10 @@
 """Held-out reasoning-gym questions (disjoint from the training questions), scored by the env
 server, and the statistics of a held-out evaluation."""
 
+import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
 
@@ -32,14 +33,14 @@ def _session(settings: ReasoningGymSettings) -> Any:
     return env
 
 
-def _walk(settings: ReasoningGymSettings, seed: int, size: int, count: int) -> list[str]:
-    """The first ``count`` questions of the dataset ``(settings.dataset, seed, size)``, in order."""
+def _walk(settings: ReasoningGymSettings, seed: int, size: int, count: int) -> Iterator[str]:
+    """The first ``count`` questions of the dataset ``(settings.dataset, seed, size)``, in order, as
+    they are read (stop early and the session closes)."""
     with _session(settings) as env:
-        texts = [env.reset(dataset_name=settings.dataset, dataset_config=settings.dataset_config, seed=seed,
-                           size=size).observation.question]
-        while len(texts) < count:
-            texts.append(env.reset().observation.question)
-    return texts
+        yield env.reset(dataset_name=settings.dataset, dataset_config=settings.dataset_config, seed=seed,
+                        size=size).observation.question
+        for _ in range(count - 1):
+            yield env.reset().observation.question
 
 
 def held_out_questions(training: ReasoningGymSettings, training_questions: int, seed: int, count: int,
@@ -53,14 +54,21 @@ def held_out_questions(training: ReasoningGymSettings, training_questions: int, 
         raise ConfigError(f"eval.seed ({seed}) equals the training seed: held-out questions must come from "
                           "another seed")
     seen = set(_walk(training, training.seed, training.dataset_size, training_questions))
-    candidates = _walk(training, seed, pool, pool)
-    questions = [Question(i, text) for i, text in enumerate(candidates) if text not in seen][:count]
+    questions, skipped = [], 0
+    with contextlib.closing(_walk(training, seed, pool, pool)) as candidates:  # read only as far as needed
+        for index, text in enumerate(candidates):
+            if text in seen:
+                skipped += 1
+                continue
+            questions.append(Question(index, text))
+            if len(questions) == count:
+                break
     if len(questions) < count:
         raise ConfigError(f"only {len(questions)} of {pool} held-out questions of {training.dataset} differ from the "
                           f"{training_questions} training questions (asked for {count}): the dataset has too few "
                           "distinct questions; lower eval.num_questions or reasoning_gym.dataset_size, or widen "
                           "dataset_config")
-    return questions, sum(1 for text in candidates[:questions[-1].index + 1] if text in seen)
+    return questions, skipped
 
 
 def score_answers(training: ReasoningGymSettings, seed: int, pool: int, questions: Sequence[Question],

@@ -19,7 +19,8 @@ from .trace import TraceStore, training_trace
 MAX_WAIT_S = 3600.0
 
 
-def _json(payload: Any, status: int = 200) -> Response:
+def json_response(payload: Any, status: int = 200) -> Response:
+    """A JSON response serialised with orjson."""
     return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
 
 
@@ -53,7 +54,7 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
 
     @router.get("/health")
     async def health() -> Response:
-        return _json(Health(status="healthy", active_rollouts=manager.active,
+        return json_response(Health(status="healthy", active_rollouts=manager.active,
                             max_rollouts=settings.max_concurrent_rollouts, seats=manager.seats,
                             warm_agents=manager.warm_agents, sessions=sessions.active, max_sessions=sessions.max_sessions,
                             inference_url=settings.inference_url,
@@ -61,7 +62,7 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
 
     @router.get("/schema")
     async def schema() -> Response:
-        return _json({"rollout_request": RolloutRequest.model_json_schema(), "tools": [run_rollout.TOOL]})
+        return json_response({"rollout_request": RolloutRequest.model_json_schema(), "tools": [run_rollout.TOOL]})
 
     @router.post("/rollouts", status_code=201)
     async def create(request: RolloutRequest, http_request: Request) -> Response:
@@ -69,11 +70,11 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
         host = http_request.headers.get("host", f"127.0.0.1:{settings.port}")
         created = CreatedRollout(rollout_id=rollout.id, task_id=rollout.task.task_id, api_key=rollout.key,
                                  status=rollout.status, proxy_base_url=f"http://{host}/v1", model=rollout.model)
-        return _json(created.model_dump(), 201)
+        return json_response(created.model_dump(), 201)
 
     @router.get("/rollouts/{rollout_id}")
     async def status(rollout_id: str) -> Response:
-        return _json(recorded(rollout_id)[0])
+        return json_response(recorded(rollout_id)[0])
 
     @router.post("/rollouts/{rollout_id}/wait")
     async def wait(rollout_id: str, timeout_s: float = 600.0) -> Response:
@@ -88,33 +89,33 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
             raise ServiceError(503, "the service is restarting: the rollout is recorded as an infrastructure failure "
                                     "(service restarted) and cannot be scored",
                                {"rollout_id": rollout.id, "status": INFRA_FAILURE})
-        return _json(rollout.summary().model_dump())
+        return json_response(rollout.summary().model_dump())
 
     @router.post("/rollouts/{rollout_id}/finish")
     async def finish(rollout_id: str) -> Response:
         rollout = live(rollout_id)
         rollout.stop(COMPLETED, "finished by the client")
-        return _json(rollout.summary().model_dump())
+        return json_response(rollout.summary().model_dump())
 
     @router.get("/rollouts/{rollout_id}/trace")
     async def trace(rollout_id: str) -> Response:
-        return _json(training_trace(recorded(rollout_id)[1], rollout_id))
+        return json_response(training_trace(recorded(rollout_id)[1], rollout_id))
 
     @router.get("/rollouts/{rollout_id}/turns")
     async def turns(rollout_id: str) -> Response:
-        return _json([asdict(t) for t in recorded(rollout_id)[1]])
+        return json_response([asdict(t) for t in recorded(rollout_id)[1]])
 
     @router.post("/rollouts/{rollout_id}/verify")
     async def verify(rollout_id: str) -> Response:
         try:
-            return _json((await manager.verify(live(rollout_id))).model_dump())
+            return json_response((await manager.verify(live(rollout_id))).model_dump())
         except ValueError as exc:
             raise ServiceError(409, str(exc)) from None
 
     @router.get("/rollouts/{rollout_id}/files")
     async def files(rollout_id: str) -> Response:
         try:
-            return _json((await live(rollout_id).sandbox.list_files())[0])
+            return json_response((await live(rollout_id).sandbox.list_files())[0])
         except SandboxError as exc:
             raise ServiceError(409, f"cannot list the rollout's files: {exc}") from None
 
@@ -129,6 +130,6 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
 
     @router.get("/v1/models")
     async def list_models() -> Response:
-        return _json({"object": "list", "data": [{"id": "policy", "object": "model", "owned_by": "rlstack"}]})
+        return json_response({"object": "list", "data": [{"id": "policy", "object": "model", "owned_by": "rlstack"}]})
 
     return router

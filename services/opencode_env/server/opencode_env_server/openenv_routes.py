@@ -9,15 +9,12 @@ import orjson
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import Response
 
+from .http_api import json_response
 from .openenv_protocol import PARSE_ERROR, OpenEnvProtocol, rpc_error, ws_error
 from .openenv_sessions import OpenEnvSession, SessionError, SessionRegistry
 
 MAX_RPC_BYTES = 4 << 20
 QUEUED_FRAMES = 16  # frames read ahead while one is answered (then the reader waits)
-
-
-def _json(payload: object) -> Response:
-    return Response(orjson.dumps(payload), media_type="application/json")
 
 
 def openenv_router(protocol: OpenEnvProtocol, sessions: SessionRegistry) -> APIRouter:
@@ -28,12 +25,12 @@ def openenv_router(protocol: OpenEnvProtocol, sessions: SessionRegistry) -> APIR
     async def mcp(request: Request) -> Response:
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_RPC_BYTES:
-            return _json(rpc_error(None, PARSE_ERROR, f"request of {declared} bytes exceeds {MAX_RPC_BYTES}"))
+            return json_response(rpc_error(None, PARSE_ERROR, f"request of {declared} bytes exceeds {MAX_RPC_BYTES}"))
         try:
             message = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
-            return _json(rpc_error(None, PARSE_ERROR, f"Parse error: {exc}"))
-        return _json(await protocol.handle_rpc(message))
+            return json_response(rpc_error(None, PARSE_ERROR, f"Parse error: {exc}"))
+        return json_response(await protocol.handle_rpc(message))
 
     @router.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
