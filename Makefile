@@ -12,7 +12,7 @@ GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml
 # Long-running services; `trainer` runs the job once they answer.
 SERVICES = reasoning-gym-env inference opencode-env dashboard
 
-.PHONY: help up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container bench lock gpu-smoke
+.PHONY: help up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container bench lock gpu-smoke gpu-preflight
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -26,10 +26,11 @@ up: wheelhouse ## build what is missing, start the stack, run the default traini
 	@echo "outputs: docker compose cp trainer:/outputs ./outputs   (or the rlstack_outputs volume)"
 	@echo "dashboard: http://127.0.0.1:$${DASHBOARD_PORT:-7860}/"
 
-up-gpu: ## the same on an NVIDIA GPU host: real vLLM, Qwen3-1.7B, NCCL weight sync (two GPUs)
-	$(BASE) $(GPU_COMPOSE) up --build --detach --wait $(SERVICES)
-	@$(MAKE) --no-print-directory urls
-	$(BASE) $(GPU_COMPOSE) up --build --no-deps --no-log-prefix trainer
+up-gpu: ## the same on an NVIDIA GPU host: pre-flight, then vLLM + Qwen3-1.7B (two GPUs: NCCL sync; one: colocated)
+	$(BASE) scripts/up-gpu.sh
+
+gpu-preflight: ## check this host for the GPU stack (driver, GPUs, compute capability, memory) and say which topology
+	@$(BASE) bash -c 'source scripts/gpu-preflight.sh && gpu_preflight'
 
 eval: ## held-out evaluation on the running stack (EVAL_MODEL: a model folder in the trainer, default the CPU job's final/)
 	$(BASE) docker compose run --rm --no-deps trainer "python3 -m trainer eval --config \"\$$GRPO_CONFIG\" --model $${EVAL_MODEL:-/outputs/grpo-cpu/final} --out /outputs/eval/eval.json"
@@ -52,8 +53,8 @@ build: wheelhouse ## build the images
 build-gpu: ## build the GPU images (no GPU needed to build)
 	$(BASE) $(GPU_COMPOSE) build inference trainer
 
-gpu-smoke: ## one GRPO and one AsyncGRPO step on a GPU host
-	scripts/gpu-smoke.sh
+gpu-smoke: ## unattended check of the GPU path on a GPU host: a verdict per stage (services, NCCL, GRPO/AsyncGRPO steps, weight sync)
+	$(BASE) scripts/gpu-smoke.sh
 
 wheelhouse: ## copy the CPU torch wheel from the host's pip find-links folder into the build context
 	scripts/fill-wheelhouse.sh

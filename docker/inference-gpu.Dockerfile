@@ -20,8 +20,10 @@ RUN pip install --no-deps /src/inference-server && python3 -c "import rlstack_in
 ENV PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_SERVER_DEV_MODE=1 \
     VLLM_CACHE_ROOT=/cache/vllm TORCHINDUCTOR_CACHE_DIR=/cache/inductor HF_HOME=/cache/huggingface \
     MODEL=Qwen/Qwen3-1.7B WEIGHT_TRANSFER_BACKEND=nccl
+# Every cache folder exists and belongs to `app` in the image: a fresh named volume mounted on one
+# of them (compose.gpu.yaml mounts hf-cache on /cache/huggingface) takes its owner from here.
 RUN useradd --system --uid 10001 --home-dir /home/app --create-home app \
- && mkdir -p /models /cache && chown app:app /models /cache
+ && mkdir -p /models /cache/huggingface /cache/vllm /cache/inductor && chown -R app:app /models /cache
 USER app
 WORKDIR /home/app
 EXPOSE 8000

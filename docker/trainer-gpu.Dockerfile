@@ -22,15 +22,17 @@ COPY trainer /src/trainer
 RUN pip install --no-deps /src/reasoning-gym-env-client /src/opencode-env-client /src/inference-client /src/trainer \
  && python3 -c "import trainer.grpo, trainer.async_grpo, trl.experimental.async_grpo.weight_transfer, trl.generation.vllm_client, vllm.distributed.weight_transfer.nccl_engine, vllm.distributed.weight_transfer.packed_tensor, vllm.utils.network_utils, kernels"
 
-ENV PYTHONUNBUFFERED=1 HF_HOME=/cache/huggingface TRACKIO_DIR=/outputs/trackio TRL_EXPERIMENTAL_SILENCE=1 \
-    TOKENIZERS_PARALLELISM=false
+# The FA3 kernel is cached outside HF_HOME (KERNELS_CACHE): the hf-cache volume mounted on
+# /cache/huggingface would hide a kernel baked in there as soon as the volume has content.
+ENV PYTHONUNBUFFERED=1 HF_HOME=/cache/huggingface KERNELS_CACHE=/opt/kernels-cache TRACKIO_DIR=/outputs/trackio \
+    TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 # AsyncGRPO loads the FA3 attention kernel from the Hugging Face Hub on first use; PRECACHE_FA3=1
 # fetches it at build time (needs the Hub) so training starts offline.
 ARG PRECACHE_FA3=0
 RUN useradd --system --uid 10001 --home-dir /home/app --create-home app \
- && mkdir -p /outputs /weights /cache/huggingface && chown -R app:app /outputs /weights /cache \
+ && mkdir -p /outputs /weights /cache/huggingface "$KERNELS_CACHE" && chown -R app:app /outputs /weights /cache "$KERNELS_CACHE" \
  && if [ "$PRECACHE_FA3" = 1 ]; then \
-      su app -s /bin/sh -c "HF_HOME=/cache/huggingface python3 -c \"from kernels import get_kernel; get_kernel('kernels-community/flash-attn3', version=1)\""; \
+      su app -s /bin/sh -c "/opt/venv/bin/python3 -c \"from kernels import get_kernel; get_kernel('kernels-community/flash-attn3', version=1)\""; \
     fi
 USER app
 WORKDIR /home/app

@@ -1,4 +1,4 @@
-"""``python -m trainer {grpo,async-grpo,eval} --config FILE [--set KEY=VALUE ...]``.
+"""``python -m trainer {grpo,async-grpo,eval} --config FILE [--set KEY=VALUE ...] [--dry-run]``.
 
 ``eval`` evaluates a model (``--model``: the base model, a checkpoint, ``final/``; default the
 config's) on the held-out questions of a GRPO config, or on the held-out coding tasks of an
@@ -6,6 +6,7 @@ AsyncGRPO config (with the model the inference service serves).
 """
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -28,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generate", choices=("local", "inference"),
                         help="eval: generate in this process or on the inference service (default: eval.generate)")
     parser.add_argument("--out", type=Path, help="eval: where eval.json goes (default: OUTPUT_DIR/eval.json)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="grpo/async-grpo: validate the config, build TRL's config objects, print what TRL would "
+                             "get (sampling settings, dtypes, memory settings) as JSON, and stop before loading the "
+                             "model; needs no GPU and no service")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
@@ -41,9 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         if config.get("job", args.job) != args.job:
             raise ConfigError(f"{args.config} is a {config['job']!r} config; run `python -m trainer {config['job']}`")
         if args.job == "grpo":
-            from .grpo import run
+            from .grpo import plan, run
         else:
-            from .async_grpo import run
+            from .async_grpo import plan, run
+        if args.dry_run:
+            print(json.dumps(plan(config), indent=2, default=str))
+            return 0
         run(config)
     except ConfigError as exc:
         print(f"trainer: configuration error: {exc}", file=sys.stderr)

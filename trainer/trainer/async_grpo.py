@@ -17,11 +17,13 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from opencode_env_client import OpenCodeSessionFactory
+from opencode_env_client import OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory
 
 from .coding_tasks import load_tasks, prompts_dataset
 from .config import ConfigError, section
-from .job import finish, prepare_output, trl_fields
+from .gpu_preflight import check_training_device
+from .job import as_on_cuda_host, finish, prepare_output, trl_fields
+from .reasoning_gym_tools import EnvUnavailable
 from .step_log import StepReporter
 
 log = logging.getLogger("trainer.async_grpo")
@@ -52,8 +54,55 @@ class RecordingSessionFactory(OpenCodeSessionFactory):
         return session
 
 
-def loop_arguments(config: dict[str, Any], output_dir: Path, tokenizer: Any) -> dict[str, Any]:
-    """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path."""
+def async_grpo_config(config: dict[str, Any], output_dir: Path) -> Any:
+    """TRL's ``AsyncGRPOConfig`` from the ``async_grpo`` section: the one validated source of the
+    training and sampling settings, on CPU as on CUDA."""
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    if section(config, "weight_sync"):
+        raise ConfigError("weight_sync does not apply to async-grpo: TRL's AsyncGRPO sends the weights to the vLLM "
+                          "server over NCCL itself (there is no checkpoint fallback); remove the section")
+    fields = trl_fields(config, "async_grpo", output_dir, "async-grpo")
+    fields.setdefault("vllm_server_base_url", section(config, "inference").get("url", "http://inference:8000"))
+    try:
+        return AsyncGRPOConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"async_grpo: {exc}") from None
+
+
+def inflight_tasks(args: Any) -> int:
+    """``max_inflight_tasks``, resolved as TRL resolves ``-1`` (one process)."""
+    if args.max_inflight_tasks >= 0:
+        return int(args.max_inflight_tasks)
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    return max(args.max_staleness, 1) * per_step
+
+
+def sampling_arguments(args: Any) -> dict[str, Any]:
+    """The rollout worker's generation settings, taken from ``AsyncGRPOConfig`` field by field as
+    TRL does when it builds its own worker, so that the rollouts sample the distribution the loss
+    assumes."""
+    return dict(
+        num_generations=args.num_generations,
+        max_inflight_tasks=inflight_tasks(args),
+        vllm_server_url=args.vllm_server_base_url,
+        max_tokens=args.max_completion_length,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        request_timeout=args.request_timeout,
+        chat_template_kwargs=args.chat_template_kwargs,
+        max_tool_calling_iterations=args.max_tool_calling_iterations,
+        log_completions=args.log_completions,
+        num_completions_to_print=args.num_completions_to_print,
+        fork_threshold_tokens=args.fork_threshold_tokens,
+    )
+
+
+def selected_tasks(config: dict[str, Any]) -> list[Any]:
+    """The training split of the coding tasks the ``opencode`` section selects."""
     oc = section(config, "opencode")
     if "env_url" not in oc:
         raise ConfigError("opencode.env_url is required")
@@ -61,7 +110,27 @@ def loop_arguments(config: dict[str, Any], output_dir: Path, tokenizer: Any) -> 
                        oc.get("limits"))
     if not tasks:
         raise ConfigError("no coding tasks selected (check opencode.tasks / difficulties / num_tasks)")
-    fields = section(config, "async_grpo")
+    return tasks
+
+
+def check_capacity(env_url: str, inflight: int) -> None:
+    """Refuse to start when opencode-env runs fewer rollouts at once than the worker keeps in flight
+    (the rest would get 503 and TRL would drop them from their groups)."""
+    with OpenCodeEnvClient(env_url, timeout_s=30) as client:
+        try:
+            capacity = client.health().max_rollouts
+        except OpenCodeEnvError as exc:
+            raise EnvUnavailable(f"opencode-env at {env_url} does not answer: {exc}") from None
+    if inflight > capacity:
+        raise ConfigError(f"async_grpo.max_inflight_tasks is {inflight} but opencode-env at {env_url} runs "
+                          f"{capacity} rollouts at once (MAX_CONCURRENT_ROLLOUTS): raise it to {inflight} or more, "
+                          "or lower max_inflight_tasks")
+
+
+def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
+    """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path."""
+    oc = section(config, "opencode")
+    tasks = selected_tasks(config)
     inference = section(config, "inference")
     sessions_path = output_dir / "sessions.jsonl"
     sessions_path.write_text("")
@@ -75,12 +144,7 @@ def loop_arguments(config: dict[str, Any], output_dir: Path, tokenizer: Any) -> 
         reward_funcs=[],
         processing_class=tokenizer,
         eos_token_ids=[eos] if isinstance(eos, int) else [tokenizer.eos_token_id],
-        num_generations=int(fields.get("num_generations", 8)),
-        max_inflight_tasks=int(fields.get("max_inflight_tasks", 8)),
-        vllm_server_url=inference.get("url", "http://inference:8000"),
-        max_tokens=int(fields.get("max_completion_length", 2048)),
-        temperature=float(fields.get("temperature", 1.0)),
-        chat_template_kwargs=fields.get("chat_template_kwargs"),
+        **sampling_arguments(args),
     )
 
 
@@ -97,9 +161,11 @@ def collect_rows(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     want_groups = int(collect.get("groups", 2))
     deadline = time.monotonic() + float(collect.get("timeout_s", 1800))
     tokenizer = AutoTokenizer.from_pretrained(config["model"])
+    args = async_grpo_config(config, output_dir)
+    check_capacity(section(config, "opencode")["env_url"], inflight_tasks(args))
     samples: queue.Queue = queue.Queue()
     loop = _HarnessRolloutLoop(
-        **loop_arguments(config, output_dir, tokenizer),
+        **loop_arguments(config, args, output_dir, tokenizer),
         rollout_buffer=samples, model_version_value=get_context("spawn").Value("i", 0),
         heartbeat_value=get_context("spawn").Value("d", 0.0), failed_event=threading.Event(),
         exception_info_queue=queue.Queue(maxsize=1), metrics_queue=queue.Queue(maxsize=4096))
@@ -151,14 +217,16 @@ def collect_rows(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
 def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     """CUDA: TRL AsyncGRPOTrainer with the harness rollout worker (NCCL weight sync to the inference service)."""
     from transformers import AutoTokenizer, PrinterCallback
-    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
     from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
 
-    fields = trl_fields(config, "async_grpo", output_dir, "async-grpo")
-    fields.setdefault("vllm_server_base_url", section(config, "inference").get("url"))
-    args = AsyncGRPOConfig(**fields)
+    args = async_grpo_config(config, output_dir)
+    problems = check_training_device(async_grpo=True)
+    if problems:
+        raise ConfigError("this GPU cannot run AsyncGRPO: " + "; ".join(problems))
+    check_capacity(section(config, "opencode")["env_url"], inflight_tasks(args))
     tokenizer = AutoTokenizer.from_pretrained(config["model"])
-    worker_kwargs = loop_arguments(config, output_dir, tokenizer)
+    worker_kwargs = loop_arguments(config, args, output_dir, tokenizer)
     worker = HarnessRolloutWorker(queue_maxsize=args.queue_maxsize, **worker_kwargs)
     reporter = StepReporter(output_dir / "metrics.jsonl")
     trainer = AsyncGRPOTrainer(model=config["model"], args=args, train_dataset=worker_kwargs["dataset"],
@@ -167,6 +235,18 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     trainer.train()
     return finish(trainer, reporter.records, output_dir, "AsyncGRPO on OpenCode coding tasks",
                   {"sessions": output_dir / "sessions.jsonl"})
+
+
+def plan(config: dict[str, Any]) -> dict[str, Any]:
+    """``--dry-run``: the settings TRL would get, from the validated ``AsyncGRPOConfig``, without a
+    model, a GPU or the services."""
+    args = as_on_cuda_host(async_grpo_config, config, Path(config.get("output_dir", "outputs/async-grpo")))
+    return {"job": "async-grpo", "tasks": len(selected_tasks(config)),
+            "trainer": {"dtype": args.dtype, "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing,
+                        "token_budget": args.token_budget, "max_staleness": args.max_staleness,
+                        "learning_rate": args.learning_rate, "save_total_limit": args.save_total_limit,
+                        "save_only_model": args.save_only_model},
+            "rollout_worker": sampling_arguments(args)}
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:

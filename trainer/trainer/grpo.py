@@ -10,7 +10,8 @@ from .config import ConfigError, section
 from .evaluate import (answer_tool, before_and_after, eval_settings, generator_for, held_out_evaluation,
                        held_out_set, reasoning_gym_settings, write_report)
 from .generation import LocalGenerator
-from .job import finish, prepare_output, trl_fields
+from .gpu_preflight import check_training_device
+from .job import as_on_cuda_host, finish, prepare_output, trl_fields
 from .reasoning_gym_tools import PROMPT, ReasoningGymToolEnv
 from .step_log import StepReporter
 
@@ -50,28 +51,91 @@ def grpo_arguments(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     return fields
 
 
+def grpo_config(config: dict[str, Any], output_dir: Path) -> Any:
+    """TRL's ``GRPOConfig`` for the job (a ``ConfigError`` naming the section when TRL rejects it)."""
+    from trl import GRPOConfig
+
+    try:
+        return GRPOConfig(**grpo_arguments(config, output_dir))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"grpo: {exc}") from None
+
+
+def weight_sync_mode(config: dict[str, Any]) -> str:
+    """``weight_sync.mode``, checked against where generation runs.
+
+    ``nccl`` is TRL's vLLM server mode, which always sends the weights over NCCL (it has no other
+    transport); ``checkpoint`` publishes them to the inference service for a job that generates in
+    the trainer; ``none`` leaves the inference service alone (generation in the trainer, or vLLM
+    colocated in it)."""
+    mode = section(config, "weight_sync").get("mode", "none")
+    if mode not in ("none", "checkpoint", "nccl"):
+        raise ConfigError(f"weight_sync.mode must be none, checkpoint or nccl, got {mode!r}")
+    grpo = section(config, "grpo")
+    server = bool(grpo.get("use_vllm")) and grpo.get("vllm_mode", "colocate") == "server"
+    if server and mode != "nccl":
+        raise ConfigError(f"weight_sync.mode is {mode!r}, but with grpo.vllm_mode: server TRL always syncs the "
+                          "weights to vLLM over NCCL; set weight_sync.mode: nccl (a checkpoint reload needs "
+                          "generation in the trainer: grpo.use_vllm: false)")
+    if mode == "nccl" and not server:
+        raise ConfigError("weight_sync.mode: nccl is TRL's vLLM server mode: set grpo.use_vllm: true and "
+                          "grpo.vllm_mode: server")
+    return mode
+
+
+def plan(config: dict[str, Any]) -> dict[str, Any]:
+    """``--dry-run``: what TRL would be given, from the validated ``GRPOConfig``, without a model, a
+    GPU or the services."""
+    settings = reasoning_gym_settings(config)
+    args = as_on_cuda_host(grpo_config, config, Path(config.get("output_dir", "outputs/grpo")))
+    dtype = (args.model_init_kwargs or {}).get("dtype", "float32")
+    return {"job": "grpo", "weight_sync": weight_sync_mode(config), "eval": eval_settings(config),
+            "env": {"url": settings.env_url, "dataset": settings.dataset, "seed": settings.seed},
+            "trainer": {"dtype": str(dtype), "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing,
+                        "per_device_train_batch_size": args.per_device_train_batch_size,
+                        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+                        "learning_rate": args.learning_rate, "save_total_limit": args.save_total_limit,
+                        "save_only_model": args.save_only_model},
+            "generation": {"use_vllm": args.use_vllm, "vllm_mode": args.vllm_mode if args.use_vllm else None,
+                           "num_generations": args.num_generations, "temperature": args.temperature,
+                           "top_p": args.top_p, "top_k": args.top_k, "min_p": args.min_p,
+                           "repetition_penalty": args.repetition_penalty,
+                           "max_completion_length": args.max_completion_length,
+                           "max_tool_calling_iterations": args.max_tool_calling_iterations,
+                           "chat_template_kwargs": args.chat_template_kwargs},
+            "colocated_vllm": {"gpu_memory_utilization": args.vllm_gpu_memory_utilization,
+                               "enable_sleep_mode": args.vllm_enable_sleep_mode,
+                               "max_model_length": args.vllm_max_model_length}
+            if args.use_vllm and args.vllm_mode == "colocate" else None}
+
+
 def run(config: dict[str, Any]) -> dict[str, Any]:
     """Train, save the final model, plot the rewards; returns the summary (also written as summary.json)."""
     output_dir = prepare_output(config, "outputs/grpo")
 
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     rg = section(config, "reasoning_gym")
     settings = reasoning_gym_settings(config)
     eval_settings(config)  # a bad eval section fails before training starts
+    mode = weight_sync_mode(config)
     prompt = rg.get("prompt", PROMPT)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * int(rg.get("num_prompts", 256)))
-    args = GRPOConfig(**grpo_arguments(config, output_dir))
+    args = grpo_config(config, output_dir)
+    if args.use_vllm:
+        problems = check_training_device(async_grpo=False)
+        if problems:
+            raise ConfigError("grpo.use_vllm needs a usable GPU: " + "; ".join(problems))
     model = config["model"]
     tokenizer = AutoTokenizer.from_pretrained(model)
 
     reward = ServerScoreReward(output_dir / "rollouts.jsonl")
     callbacks: list[Any] = []
-    sync = weight_sync_callback(config, tokenizer)
-    if sync is not None:
-        callbacks.append(sync)
+    sync = weight_sync_callback(config, tokenizer) if mode == "checkpoint" else None
+    probe = server_weights_probe(config, tokenizer) if mode == "nccl" else None
+    callbacks += [c for c in (sync, probe) if c is not None]
     reporter = StepReporter(output_dir / "metrics.jsonl", weight_version=(lambda: sync.version) if sync else None)
     callbacks.append(reporter)
 
@@ -81,6 +145,12 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
                           train_dataset=dataset, callbacks=callbacks,
                           environment_factory=functools.partial(ReasoningGymToolEnv, settings))
     trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
+    if mode == "nccl":
+        # TRL's constructor has joined the NCCL group with the vLLM server by now (or raised).
+        print(f"weight sync: NCCL group with the vLLM server at {args.vllm_server_base_url} formed "
+              f"(group port {args.vllm_group_port})", flush=True)
+    if probe is not None:
+        probe.trainer = trainer
     evaluate = held_out_evaluator(config, trainer.model, tokenizer, prompt)
     before = evaluate("before") if evaluate else None
     trainer.train()
@@ -111,18 +181,26 @@ def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, promp
     return lambda label: held_out_evaluation(config, generate, label, questions)
 
 
-def weight_sync_callback(config: dict[str, Any], tokenizer: Any) -> Optional[Any]:
-    """The checkpoint-reload callback when ``weight_sync.mode`` is ``checkpoint``; None for ``none``/``nccl``."""
-    ws = section(config, "weight_sync")
-    mode = ws.get("mode", "none")
-    if mode not in ("none", "checkpoint", "nccl"):
-        raise ConfigError(f"weight_sync.mode must be none, checkpoint or nccl, got {mode!r}")
-    if mode != "checkpoint":
-        return None
+def weight_sync_callback(config: dict[str, Any], tokenizer: Any) -> Any:
+    """The checkpoint-reload callback (``weight_sync.mode: checkpoint``)."""
     from .weight_sync import PROBE_TEXT, CheckpointWeightSync
 
+    ws = section(config, "weight_sync")
     inference = section(config, "inference")
     weights_dir = Path(ws.get("weights_dir", "/weights"))
     probe = tokenizer(PROBE_TEXT)["input_ids"] if ws.get("verify", True) else None
     return CheckpointWeightSync(inference["url"], weights_dir, str(ws.get("server_weights_dir", weights_dir)), probe,
                                 served_model=inference.get("model"))
+
+
+def server_weights_probe(config: dict[str, Any], tokenizer: Any) -> Optional[Any]:
+    """vLLM server mode: the end-of-training check that the trained weights reached the server
+    (``weight_sync.verify``, default on; ``weight_sync.tolerance``)."""
+    from .weight_sync import PROBE_TEXT, ServerWeightsProbe
+
+    ws = section(config, "weight_sync")
+    if not ws.get("verify", True):
+        return None
+    inference = section(config, "inference")
+    return ServerWeightsProbe(inference["url"], inference.get("model") or config["model"],
+                              tokenizer(PROBE_TEXT)["input_ids"], float(ws.get("tolerance", 0.02)))

@@ -4,7 +4,7 @@ TRL's config, and the final model, plot and summary."""
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .config import section
 from .reporting import plot_rewards, summarize
@@ -31,6 +31,20 @@ def trl_fields(config: dict[str, Any], name: str, output_dir: Path, run_name: st
     if "trackio" in fields["report_to"]:
         fields.setdefault("project", config.get("trackio_project", "rlstack"))
     return fields
+
+
+def as_on_cuda_host(build: Callable[..., Any], *args: Any) -> Any:
+    """``build(*args)`` (a TRL config constructor) as it runs on a CUDA host, also where there is no
+    GPU: transformers' check that bf16 is available on the GPU is the one part of the validation
+    that needs the device, and is answered yes. For ``--dry-run`` only."""
+    import transformers.training_args as training_args
+
+    real = training_args.is_torch_bf16_gpu_available
+    training_args.is_torch_bf16_gpu_available = lambda: True
+    try:
+        return build(*args)
+    finally:
+        training_args.is_torch_bf16_gpu_available = real
 
 
 def finish(trainer: Any, records: list[dict[str, Any]], output_dir: Path, title: str,

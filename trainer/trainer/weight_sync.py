@@ -3,8 +3,9 @@ have the inference server reload it in place (``inference_client``), so that the
 version and logprobs follow the trainer. Optionally checks the server's logprobs against the
 trainer's on a probe prompt after every sync (a silent sync failure shows up as a large gap).
 
-On GPU, TRL's own NCCL sync (vLLM server mode) is used instead; this is also the fallback where an
-NCCL group cannot form.
+In TRL's vLLM server mode (GPU hosts) TRL itself sends the weights over NCCL after every step; it
+has no other transport, so a checkpoint reload is not a fallback there. ``ServerWeightsProbe``
+checks at the end of such a run that the weights reached the server.
 """
 
 import logging
@@ -90,3 +91,47 @@ class CheckpointWeightSync(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.client.close()
+
+
+class ServerWeightsProbe(TrainerCallback):
+    """vLLM server mode (TRL's NCCL sync): at the end of training, check that the trained weights
+    reach the server.
+
+    TRL syncs before each step's generation, so after the last step the server still holds the
+    weights that step started from. The probe measures the largest gap between the server's and the
+    trainer's prompt logprobs on a fixed text, syncs once more through TRL, and measures again: the
+    weights arrived when the gap after the sync is within ``tolerance``. The check is conclusive for
+    the last sync when the gap before it was larger (``make gpu-smoke`` takes one large step for
+    that); over a long run, a sync that never worked leaves a large gap either way. ``trainer`` is
+    set once TRL's trainer exists.
+    """
+
+    def __init__(self, inference_url: str, served_model: str, probe_ids: list[int], tolerance: float) -> None:
+        self.inference_url = inference_url
+        self.served_model = served_model
+        self.probe_ids = probe_ids
+        self.tolerance = tolerance
+        self.trainer: Any = None
+        self.result: Optional[dict[str, Any]] = None
+
+    def _gap(self, model: Any) -> float:
+        served = server_prompt_logprobs(self.inference_url, self.served_model, self.probe_ids)
+        local = model_prompt_logprobs(model, self.probe_ids)
+        return max(abs(a - b) for a, b in zip(served, local))
+
+    def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        before = self._gap(model)
+        self.trainer.vllm_generation.sync_weights()
+        after = self._gap(model)
+        reached = after <= self.tolerance
+        self.result = {"gap_before_sync": before, "gap_after_sync": after, "tolerance": self.tolerance,
+                       "reached": reached}
+        if not reached:
+            verdict = (f"MISMATCH: the server's logprobs do not follow the trainer's (tolerance {self.tolerance:g}; "
+                       "a float32 trainer against a bfloat16 server differs by ~0.1: see GPU_INFERENCE_DTYPE)")
+        elif before > self.tolerance:
+            verdict = "weights reached vLLM (the final step had moved them by more than the tolerance)"
+        else:
+            verdict = "weights reached vLLM (the final step moved them by less than the tolerance)"
+        print(f"weight sync: probe prompt logprobs, max |vLLM - trainer| {before:.2e} before the final sync, "
+              f"{after:.2e} after: {verdict}", flush=True)

@@ -37,12 +37,38 @@ def vllm_command(env: dict[str, str]) -> list[str]:
     return command
 
 
+CACHE_VARIABLES = ("HF_HOME", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def unwritable_caches(env: dict[str, str]) -> list[str]:
+    """The cache folders named in ``env`` that this user cannot create files in (vLLM would fail
+    there only after minutes of model download or compilation)."""
+    bad = []
+    for name in CACHE_VARIABLES:
+        folder = env.get(name)
+        if not folder:
+            continue
+        path = Path(folder)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".rlstack-write-probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as error:
+            bad.append(f"{name}={folder} ({error.strerror or error})")
+    return bad
+
+
 def main() -> None:
-    """Check the model is there, say where the server will listen, and exec vLLM."""
+    """Check the model is there and the caches writable, say where the server will listen, and exec vLLM."""
     env = dict(os.environ)
     model = env.get("MODEL", "/models/default")
     if model.startswith("/") and not (Path(model) / "config.json").exists():
         sys.exit(f"inference: no model at {model}; the model-init service (or `make model`) creates it")
+    bad = unwritable_caches(env)
+    if bad:
+        sys.exit(f"inference: cache folders not writable by uid {os.getuid()}: {', '.join(bad)}; "
+                 "a volume mounted there must belong to this user (docker volume rm it to recreate it)")
     if env.get("VLLM_SERVER_DEV_MODE") != "1":
         sys.exit("inference: VLLM_SERVER_DEV_MODE=1 is required (weight reload and versioning endpoints)")
     command = vllm_command(env)

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# GPU pre-flight for `make up-gpu` and `make gpu-smoke` (source it, then call `gpu_preflight`).
+# Runs trainer/trainer/gpu_preflight.py in the base image with `--gpus all` (which also proves the
+# NVIDIA container toolkit works), prints its verdict, and sets for the caller:
+#   gpu_compose   the compose command for the topology it found (an array)
+#   gpu_services  the long-running services to start (one GPU: no `inference`)
+# and exports ONE_GPU (one GPU) and GPU_ASYNC_GRPO. Settings come from the environment, then .env.
+# Returns non-zero, having said why, when the host cannot run the GPU stack.
+
+GPU_PREFLIGHT_VARIABLES=(GPU_TOPOLOGY INFERENCE_GPU TRAINER_GPU ONE_GPU GPU_ASYNC_GRPO GPU_VLLM_EXTRA_ARGS
+                         GPU_TRAINER_MEMORY_GIB)
+
+gpu_preflight() {
+  local project=${1:-}
+  command -v docker >/dev/null || { echo "gpu-preflight: FAIL  docker is not installed (scripts/provision-docker.sh)"; return 1; }
+  local base=${BASE_IMAGE:-$(scripts/ensure-base-image.sh)}
+  local args=(--rm --gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility
+              -v "$PWD/trainer/trainer/gpu_preflight.py:/gpu_preflight.py:ro")
+  [ -f .env ] && args+=(--env-file .env)
+  local name
+  for name in "${GPU_PREFLIGHT_VARIABLES[@]}"; do
+    [ -n "${!name+x}" ] && args+=(-e "$name")
+  done
+  local out
+  if ! out=$(docker run "${args[@]}" "$base" python3 /gpu_preflight.py 2>&1); then
+    echo "$out"
+    if ! grep -q '^gpu-preflight:' <<<"$out"; then
+      echo "gpu-preflight: FAIL  \`docker run --gpus all\` did not start: the NVIDIA driver and the NVIDIA" \
+           "container toolkit (nvidia-ctk runtime configure --runtime=docker) are needed"
+    fi
+    return 1
+  fi
+  grep '^gpu-preflight:' <<<"$out"
+  local topology async one
+  topology=$(sed -n 's/^topology=//p' <<<"$out")
+  async=$(sed -n 's/^async_grpo=//p' <<<"$out")
+  one=$(sed -n 's/^one_gpu=//p' <<<"$out")
+  export GPU_ASYNC_GRPO=$async
+  gpu_compose=(docker compose -f compose.yaml -f compose.gpu.yaml)
+  gpu_services=(reasoning-gym-env inference opencode-env dashboard)
+  if [ "$topology" = one ]; then
+    export ONE_GPU=$one
+    gpu_compose+=(-f compose.gpu-one.yaml)
+    gpu_services=(reasoning-gym-env opencode-env dashboard)
+  fi
+  [ -n "$project" ] && gpu_compose+=(-p "$project")
+  echo "gpu-preflight: compose: ${gpu_compose[*]}"
+}

@@ -1,0 +1,201 @@
+"""The GPU variant without a GPU: what can be checked here would have caught the defects a reading of
+TRL 1.16 and vLLM 0.31 found (a .env that turned the GPU stack into the CPU jobs, a root-owned cache
+volume, sampling settings that never reached the rollouts, a weight-sync fallback that did not exist).
+
+The GPU images are built (no GPU needed) and run on CPU up to the point where CUDA is needed."""
+
+import json
+import os
+import subprocess
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from tests.container.conftest import ROOT
+
+GPU = ["docker", "compose", "-f", "compose.yaml", "-f", "compose.gpu.yaml"]
+ONE_GPU = [*GPU, "-f", "compose.gpu-one.yaml"]
+CONFIGS = ROOT / "trainer/trainer/configs"
+
+
+def rendered(command: list[str], base_image: str) -> dict:
+    """``docker compose config`` with the shipped .env.example as the user's .env."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_", "GRPO_", "ASYNC_GRPO"))}
+    out = subprocess.run([*command, "--env-file", ".env.example", "config", "--format", "json"], cwd=ROOT,
+                         env={**env, "BASE_IMAGE": base_image}, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def gpu_images(base_image: str) -> dict:
+    """Build both GPU images; returns the rendered two-GPU config."""
+    env = {**os.environ, "BASE_IMAGE": base_image, "PRECACHE_FA3": "0"}  # the FA3 kernel comes from the Hub
+    subprocess.run([*GPU, "build", "inference", "trainer"], cwd=ROOT, env=env, check=True)
+    return rendered(GPU, base_image)
+
+
+def test_shipped_env_file_selects_the_gpu_configs(base_image: str) -> None:
+    config = rendered(GPU, base_image)
+    services = config["services"]
+    trainer, inference, opencode = services["trainer"]["environment"], services["inference"], services["opencode-env"]
+    assert (trainer["GRPO_CONFIG"], trainer["ASYNC_GRPO_CONFIG"]) == ("grpo-gpu.yaml", "async-grpo-gpu.yaml")
+    assert trainer["TRAINER_GRPO__MAX_STEPS"] == "200" and trainer["TRAINER_MODEL"] == "Qwen/Qwen3-1.7B"
+    assert opencode["environment"]["INFERENCE_MODEL"] == inference["environment"]["SERVED_MODEL_NAME"]
+    inflight = yaml.safe_load((CONFIGS / "async-grpo-gpu.yaml").read_text())["async_grpo"]["max_inflight_tasks"]
+    assert int(opencode["environment"]["MAX_CONCURRENT_ROLLOUTS"]) >= inflight
+    for name in ("HF_HUB_OFFLINE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_SOCKET_IFNAME"):
+        assert name in inference["environment"] and name in trainer, name
+    for service in (inference, services["trainer"]):
+        assert service["ipc"] == "host" and "shm_size" not in service  # shm_size is void with ipc: host
+    gpus = [s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+            for s in (inference, services["trainer"])]
+    assert gpus == [["0"], ["1"]]
+    assert trainer["VLLM_HOST_IP"] == services["trainer"]["networks"]["default"]["ipv4_address"]
+    assert config["volumes"]["hf-cache"]["name"] == "rlstack-hf-cache"  # shared, outlives the project
+    async_dtype = yaml.safe_load((CONFIGS / "async-grpo-gpu.yaml").read_text())["async_grpo"]["dtype"]
+    assert inference["environment"]["DTYPE"] == async_dtype  # no trainer/server precision gap
+
+
+def test_one_gpu_variant_colocates_vllm_in_the_trainer(base_image: str) -> None:
+    config = rendered(ONE_GPU, base_image)
+    services = config["services"]
+    assert "inference" not in services  # its profile is off
+    assert "depends_on" not in services["opencode-env"]
+    trainer = services["trainer"]
+    assert set(trainer["depends_on"]) == {"reasoning-gym-env", "opencode-env"}
+    assert trainer["environment"]["GRPO_CONFIG"] == "grpo-gpu-one.yaml"
+    assert trainer["environment"]["ASYNC_GRPO"] == "off"
+    assert trainer["deploy"]["resources"]["reservations"]["devices"] == [
+        {"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["0"]}]
+
+
+@contextmanager
+def fresh_volumes(service: dict) -> Iterator[list[str]]:
+    """``docker run`` mount flags giving each named volume of ``service`` a new, empty volume."""
+    created, flags = [], []
+    for mount in service["volumes"]:
+        if mount["type"] != "volume":
+            continue
+        name = f"rlstack-test-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["docker", "volume", "create", name], check=True, capture_output=True)
+        created.append(name)
+        flags += ["-v", f"{name}:{mount['target']}" + (":ro" if mount.get("read_only") else "")]
+    try:
+        yield flags
+    finally:
+        subprocess.run(["docker", "volume", "rm", "-f", *created], capture_output=True)
+
+
+def test_inference_gpu_caches_are_writable_by_its_user_on_fresh_volumes(gpu_images: dict) -> None:
+    inference = gpu_images["services"]["inference"]
+    with fresh_volumes(inference) as mounts:
+        out = subprocess.run(
+            ["docker", "run", "--rm", *mounts, "--entrypoint", "python3", inference["image"], "-c",
+             "import os; from rlstack_inference.serve import unwritable_caches; "
+             "print(os.getuid(), os.environ['HF_HOME'], unwritable_caches(dict(os.environ)))"],
+            capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["10001", "/cache/huggingface", "[]"], out.stdout
+
+
+def test_inference_refuses_to_start_on_an_unwritable_cache(gpu_images: dict) -> None:
+    inference = gpu_images["services"]["inference"]
+    volume = f"rlstack-test-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "volume", "create", volume], check=True, capture_output=True)
+    try:
+        # A root-owned volume with content (so Docker does not copy the image's folder into it), as
+        # the image without the folder gave: the old defect.
+        subprocess.run(["docker", "run", "--rm", "-u", "0", "-v", f"{volume}:/data", "--entrypoint", "sh",
+                        inference["image"], "-c", "touch /data/keep && chown 0:0 /data && chmod 755 /data"],
+                       check=True)
+        out = subprocess.run(["docker", "run", "--rm", "-v", f"{volume}:/cache/huggingface", "-e", "MODEL=Qwen/x",
+                              inference["image"]], capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
+    assert out.returncode != 0
+    assert "cache folders not writable by uid 10001: HF_HOME=/cache/huggingface" in out.stderr
+
+
+def test_trainer_gpu_caches_and_kernel_cache_are_writable_on_fresh_volumes(gpu_images: dict) -> None:
+    trainer = gpu_images["services"]["trainer"]
+    with fresh_volumes(trainer) as mounts:
+        out = subprocess.run(
+            ["docker", "run", "--rm", *mounts, "--entrypoint", "python3", trainer["image"], "-c",
+             "import os; from trainer.gpu_preflight import unwritable; "
+             "print(os.environ['KERNELS_CACHE'], unwritable([os.environ['HF_HOME'], os.environ['KERNELS_CACHE'], "
+             "'/outputs', '/weights']))"],
+            capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    # The kernel cache lives outside HF_HOME, so the hf-cache volume cannot hide a baked-in kernel.
+    kernels, problems = out.stdout.split(maxsplit=1)
+    assert not kernels.startswith("/cache/huggingface") and problems.strip() == "[]", out.stdout
+
+
+def dry_run(image: str, job: str, config: str, *overrides: str) -> subprocess.CompletedProcess:
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    return subprocess.run(["docker", "run", "--rm", image, job, "--config", config, *sets, "--dry-run"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) -> None:
+    image = gpu_images["services"]["trainer"]["image"]
+    grpo = dry_run(image, "grpo", "grpo-gpu.yaml")
+    assert grpo.returncode == 0, grpo.stderr
+    plan = json.loads(grpo.stdout)
+    assert plan["weight_sync"] == "nccl" and plan["generation"]["vllm_mode"] == "server"
+    assert plan["eval"]["generate"] == "inference" and plan["colocated_vllm"] is None
+    assert plan["trainer"]["save_total_limit"] == 2 and plan["trainer"]["save_only_model"] is True
+
+    one = json.loads(dry_run(image, "grpo", "grpo-gpu-one.yaml").stdout)
+    assert one["generation"]["vllm_mode"] == "colocate" and one["colocated_vllm"]["enable_sleep_mode"] is True
+    assert one["eval"]["generate"] == "local" and one["weight_sync"] == "none"
+    # Same effective batch as the two-GPU config.
+    assert (one["trainer"]["per_device_train_batch_size"] * one["trainer"]["gradient_accumulation_steps"]
+            == plan["trainer"]["per_device_train_batch_size"] * plan["trainer"]["gradient_accumulation_steps"])
+
+    max_model_len = int(gpu_images["services"]["inference"]["environment"]["MAX_MODEL_LEN"])
+    asynch = dry_run(image, "async-grpo", "async-grpo-gpu.yaml")
+    assert asynch.returncode == 0, asynch.stderr
+    plan = json.loads(asynch.stdout)
+    worker = plan["rollout_worker"]
+    assert plan["trainer"]["dtype"] == "float32" and plan["trainer"]["gradient_checkpointing"] is True
+    assert worker["max_tokens"] < plan["trainer"]["token_budget"] <= max_model_len
+    assert worker["max_inflight_tasks"] == 8 and worker["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> None:
+    image = gpu_images["services"]["trainer"]["image"]
+    out = dry_run(image, "async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_p=0.9", "async_grpo.top_k=20",
+                  "async_grpo.min_p=0.05", "async_grpo.repetition_penalty=1.1",
+                  "async_grpo.max_tool_calling_iterations=6", "async_grpo.temperature=0.7",
+                  "async_grpo.max_completion_length=4096", "async_grpo.max_inflight_tasks=-1")
+    assert out.returncode == 0, out.stderr
+    worker = json.loads(out.stdout)["rollout_worker"]
+    assert {k: worker[k] for k in ("top_p", "top_k", "min_p", "repetition_penalty", "max_tool_calling_iterations",
+                                   "temperature", "max_tokens")} == {
+        "top_p": 0.9, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "max_tool_calling_iterations": 6,
+        "temperature": 0.7, "max_tokens": 4096}
+    assert worker["max_inflight_tasks"] == 4 * 4  # TRL's -1: max_staleness x per-step samples
+
+
+@pytest.mark.parametrize("job, config, override, message", [
+    ("grpo", "grpo-gpu.yaml", "weight_sync.mode=checkpoint", "TRL always syncs the weights to vLLM over NCCL"),
+    ("grpo", "grpo-cpu.yaml", "weight_sync.mode=nccl", "weight_sync.mode: nccl is TRL's vLLM server mode"),
+    ("async-grpo", "async-grpo-gpu.yaml", "weight_sync.mode=checkpoint", "weight_sync does not apply to async-grpo"),
+    ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_pp=0.9", "async_grpo: "),
+])
+def test_inconsistent_gpu_settings_fail_before_anything_loads(gpu_images: dict, job: str, config: str,
+                                                             override: str, message: str) -> None:
+    out = dry_run(gpu_images["services"]["trainer"]["image"], job, config, override)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_preflight_without_the_nvidia_toolkit_says_so(base_image: str) -> None:
+    out = subprocess.run(["bash", "-c", "source scripts/gpu-preflight.sh && gpu_preflight"], cwd=ROOT,
+                         env={**os.environ, "BASE_IMAGE": base_image}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "NVIDIA container toolkit" in out.stdout, out.stdout

@@ -1,0 +1,265 @@
+"""GPU pre-flight: what the GPU stack needs from the host, checked before anything long starts.
+
+Runs twice. ``make up-gpu`` / ``make gpu-smoke`` run this file with ``python3`` in a container with
+``--gpus all`` (standard library only, so any Python image does), which also proves that the NVIDIA
+container toolkit works; it reads ``nvidia-smi`` and decides the topology:
+
+- ``two``: vLLM (``inference``) on INFERENCE_GPU, the trainer on TRAINER_GPU, NCCL weight sync
+  between them. NCCL cannot place both ends of a group on one device, so the two must differ.
+- ``one``: one GPU; the GRPO job runs vLLM inside the trainer (TRL ``vllm_mode: colocate``) and
+  AsyncGRPO, which only talks to a separate vLLM server, is skipped.
+
+The trainer calls :func:`check_training_device` at the start of a CUDA job for what only the
+container can see (CUDA usable by torch, the device's compute capability, free memory, writable
+caches).
+
+    python3 gpu_preflight.py [--nvidia-smi-output FILE]    # settings from the environment
+"""
+
+import argparse
+import csv
+import io
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+# The torch builds of both GPU images are CUDA 13.0, which needs an R580 driver or newer.
+MIN_DRIVER = (580, 0)
+# AsyncGRPO's attention kernel (kernels-community/flash-attn3, loaded by TRL's tree attention) is
+# built for these compute capabilities only (A100/A800/A30: 8.0; H100/H200/H800: 9.0).
+FA3_CAPABILITIES = ("8.0", "9.0")
+# Qwen3-1.7B trained in float32 with AdamW: 16 bytes per parameter (weights, gradients, two moments)
+# = 27.6 GB = 25.7 GiB, plus activations with gradient checkpointing.
+DEFAULT_TRAINER_MEMORY_GIB = 28.0
+# grpo-gpu-one.yaml's vllm_gpu_memory_utilization: vLLM's share of the one GPU.
+COLOCATED_VLLM_SHARE = 0.25
+DEFAULT_VLLM_SHARE = 0.5
+QUERY = "index,name,compute_cap,memory.total,memory.free,driver_version"
+GIB = 1024.0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One row of ``nvidia-smi --query-gpu`` (memory in MiB)."""
+
+    index: int
+    name: str
+    compute_cap: str
+    memory_total_mib: float
+    memory_free_mib: float
+    driver_version: str
+
+
+@dataclass
+class Verdict:
+    """What the pre-flight found: one line per check, the topology, and whether to go on."""
+
+    topology: Optional[str] = None
+    lines: list[str] = field(default_factory=list)
+    failed: bool = False
+    async_grpo: bool = True
+    one_gpu: Optional[int] = None
+
+    def ok(self, message: str) -> None:
+        self.lines.append(f"ok    {message}")
+
+    def fail(self, message: str) -> None:
+        self.lines.append(f"FAIL  {message}")
+        self.failed = True
+
+    def note(self, message: str) -> None:
+        self.lines.append(f"note  {message}")
+
+
+def parse_nvidia_smi(text: str) -> list[Gpu]:
+    """Rows of ``nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits``."""
+    gpus = []
+    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != 6:
+            raise ValueError(f"unexpected nvidia-smi row {row!r} (expected {QUERY})")
+        index, name, cap, total, free, driver = (cell.strip() for cell in row)
+        gpus.append(Gpu(int(index), name, cap, float(total), float(free), driver))
+    return gpus
+
+
+def driver_at_least(version: str, minimum: tuple[int, int] = MIN_DRIVER) -> bool:
+    """Whether an NVIDIA driver version string (``580.65.06``) is at least ``minimum``."""
+    parts = [int(p) for p in version.split(".")[:2] if p.isdigit()]
+    return tuple(parts + [0] * (2 - len(parts))) >= minimum
+
+
+def vllm_share(extra_args: str) -> float:
+    """The ``--gpu-memory-utilization`` in vLLM's extra flags (vLLM's default when absent)."""
+    args = shlex.split(extra_args or "")
+    for i, arg in enumerate(args):
+        if arg.startswith("--gpu-memory-utilization="):
+            return float(arg.split("=", 1)[1])
+        if arg == "--gpu-memory-utilization" and i + 1 < len(args):
+            return float(args[i + 1])
+    return 0.9
+
+
+def _flag(env: Mapping[str, str], name: str, default: str) -> str:
+    return (env.get(name) or default).strip().lower()
+
+
+def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
+    """Decide the topology and check driver, GPU ids, compute capability and free memory.
+
+    Settings (the stack's variables): GPU_TOPOLOGY (auto|one|two), INFERENCE_GPU, TRAINER_GPU,
+    ONE_GPU, GPU_ASYNC_GRPO (on|off), GPU_VLLM_EXTRA_ARGS, GPU_TRAINER_MEMORY_GIB.
+    """
+    verdict = Verdict()
+    if not gpus:
+        verdict.fail("nvidia-smi lists no GPU")
+        return verdict
+    listing = ", ".join(f"{g.index}: {g.name} (compute {g.compute_cap}, {g.memory_free_mib / GIB:.1f} of "
+                        f"{g.memory_total_mib / GIB:.1f} GiB free)" for g in gpus)
+    verdict.ok(f"{len(gpus)} GPU(s): {listing}")
+    driver = gpus[0].driver_version
+    if driver_at_least(driver):
+        verdict.ok(f"driver {driver} (the images' torch is built for CUDA 13.0: needs >= {MIN_DRIVER[0]})")
+    else:
+        verdict.fail(f"driver {driver} is older than {MIN_DRIVER[0]}: the images' torch is built for CUDA 13.0, "
+                     f"which needs NVIDIA driver {MIN_DRIVER[0]} or newer; upgrade the driver")
+    by_index = {g.index: g for g in gpus}
+    topology = _flag(env, "GPU_TOPOLOGY", "auto")
+    if topology not in ("auto", "one", "two"):
+        verdict.fail(f"GPU_TOPOLOGY must be auto, one or two, got {topology!r}")
+        return verdict
+    if topology == "auto":
+        topology = "two" if len(gpus) >= 2 else "one"
+    verdict.topology = topology
+    trainer_need = float(env.get("GPU_TRAINER_MEMORY_GIB") or DEFAULT_TRAINER_MEMORY_GIB)
+    async_wanted = _flag(env, "GPU_ASYNC_GRPO", "on") != "off"
+
+    if topology == "one":
+        index = int(env.get("ONE_GPU") or gpus[0].index)
+        gpu = by_index.get(index)
+        if gpu is None:
+            verdict.fail(f"ONE_GPU={index} is not one of this host's GPUs ({sorted(by_index)})")
+            return verdict
+        verdict.one_gpu = index
+        verdict.async_grpo = False
+        verdict.ok(f"topology one: GPU {index} runs the trainer with vLLM colocated (grpo-gpu-one.yaml)")
+        if async_wanted:
+            verdict.note("AsyncGRPO is skipped: TRL's AsyncGRPOTrainer needs a separate vLLM server on another GPU")
+        need = trainer_need + COLOCATED_VLLM_SHARE * gpu.memory_total_mib / GIB
+        _check_free(verdict, gpu, need, f"the trainer (~{trainer_need:.0f} GiB) and colocated vLLM "
+                                         f"({COLOCATED_VLLM_SHARE:.2f} of the GPU)")
+        return verdict
+
+    inference_id, trainer_id = int(env.get("INFERENCE_GPU") or 0), int(env.get("TRAINER_GPU") or 1)
+    missing = [f"{name}={i}" for name, i in (("INFERENCE_GPU", inference_id), ("TRAINER_GPU", trainer_id))
+               if i not in by_index]
+    if missing:
+        verdict.fail(f"{', '.join(missing)} is not one of this host's GPUs ({sorted(by_index)}); "
+                     "set the ids in .env, or GPU_TOPOLOGY=one to run on a single GPU")
+        return verdict
+    if inference_id == trainer_id:
+        verdict.fail(f"INFERENCE_GPU and TRAINER_GPU are both {trainer_id}: NCCL cannot put the trainer and the "
+                     "vLLM server of one weight-sync group on the same GPU; give them different GPUs, or set "
+                     "GPU_TOPOLOGY=one to run vLLM inside the trainer (GRPO only)")
+        return verdict
+    verdict.ok(f"topology two: vLLM on GPU {inference_id}, the trainer on GPU {trainer_id} (NCCL weight sync)")
+    inference, trainer = by_index[inference_id], by_index[trainer_id]
+    share = vllm_share(env.get("GPU_VLLM_EXTRA_ARGS", f"--gpu-memory-utilization {DEFAULT_VLLM_SHARE}"))
+    _check_free(verdict, inference, share * inference.memory_total_mib / GIB,
+                f"vLLM (--gpu-memory-utilization {share})")
+    _check_free(verdict, trainer, trainer_need, "the trainer")
+    verdict.async_grpo = async_wanted
+    if not async_wanted:
+        verdict.note("AsyncGRPO is off (GPU_ASYNC_GRPO=off): only the GRPO job runs")
+    elif trainer.compute_cap in FA3_CAPABILITIES:
+        verdict.ok(f"GPU {trainer_id} compute capability {trainer.compute_cap}: AsyncGRPO's FA3 kernel has a build")
+    else:
+        verdict.fail(f"GPU {trainer_id} ({trainer.name}) has compute capability {trainer.compute_cap}; AsyncGRPO's "
+                     f"attention kernel (kernels-community/flash-attn3) is built for {' and '.join(FA3_CAPABILITIES)} "
+                     "only (A100, H100 class). Set GPU_ASYNC_GRPO=off to run only the GRPO job, or TRAINER_GPU "
+                     "to a GPU of that class")
+    return verdict
+
+
+def _check_free(verdict: Verdict, gpu: Gpu, need_gib: float, what: str) -> None:
+    free = gpu.memory_free_mib / GIB
+    if free + 1e-9 >= need_gib:
+        verdict.ok(f"GPU {gpu.index}: {free:.1f} GiB free, {what} needs ~{need_gib:.1f} GiB")
+    else:
+        verdict.fail(f"GPU {gpu.index} ({gpu.name}) has {free:.1f} GiB free; {what} needs ~{need_gib:.1f} GiB "
+                     "(GPU_TRAINER_MEMORY_GIB: the trainer's estimate, 16 bytes per parameter plus activations; "
+                     "free the GPU or lower the vLLM share)")
+
+
+def unwritable(folders: Sequence[str]) -> list[str]:
+    """The folders (created if missing) this user cannot create a file in, each with the reason."""
+    bad = []
+    for folder in folders:
+        path = Path(folder)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".rlstack-write-probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as error:
+            bad.append(f"{folder} ({error.strerror or error})")
+    return bad
+
+
+def check_training_device(async_grpo: bool, env: Optional[Mapping[str, str]] = None) -> list[str]:
+    """In the trainer container, before the model loads: CUDA usable, the FA3 capability for
+    AsyncGRPO, and writable caches. Returns the problems (empty: go on)."""
+    import torch
+
+    env = os.environ if env is None else env
+    problems = []
+    if not torch.cuda.is_available():
+        problems.append("CUDA is not usable by torch here (torch is built for CUDA 13.0: NVIDIA driver >= 580, "
+                        "and the container needs a GPU: deploy.resources.reservations.devices)")
+    elif async_grpo:
+        major, minor = torch.cuda.get_device_capability()
+        if f"{major}.{minor}" not in FA3_CAPABILITIES:
+            problems.append(f"{torch.cuda.get_device_name()} has compute capability {major}.{minor}; AsyncGRPO's "
+                            f"FA3 kernel is built for {' and '.join(FA3_CAPABILITIES)} only")
+    caches = [env[name] for name in ("HF_HOME", "KERNELS_CACHE", "TRACKIO_DIR") if env.get(name)]
+    problems += [f"cache folder not writable: {bad}" for bad in unwritable(caches)]
+    return problems
+
+
+def query_nvidia_smi() -> str:
+    """``nvidia-smi``'s answer to the pre-flight's query."""
+    return subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Print one line per check and ``topology=...`` lines for the caller; exit 1 on a failed check."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nvidia-smi-output", type=Path, help="read this file instead of running nvidia-smi")
+    args = parser.parse_args(argv)
+    try:
+        text = args.nvidia_smi_output.read_text() if args.nvidia_smi_output else query_nvidia_smi()
+        gpus = parse_nvidia_smi(text)
+    except (OSError, subprocess.SubprocessError, ValueError) as error:
+        print(f"gpu-preflight: FAIL  nvidia-smi: {error}", file=sys.stderr)
+        return 1
+    verdict = plan(gpus, os.environ)
+    for line in verdict.lines:
+        print(f"gpu-preflight: {line}", flush=True)
+    if verdict.failed:
+        print("gpu-preflight: stopped before starting anything (fix the FAIL lines above)", flush=True)
+        return 1
+    print(f"topology={verdict.topology}")
+    print(f"async_grpo={'on' if verdict.async_grpo else 'off'}")
+    if verdict.one_gpu is not None:
+        print(f"one_gpu={verdict.one_gpu}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
