@@ -6,6 +6,8 @@
 #   gpu_services  the long-running services to start (one GPU: no `inference`)
 # and exports ONE_GPU (one GPU) and GPU_ASYNC_GRPO. Settings come from the environment, then .env.
 # Returns non-zero, having said why, when the host cannot run the GPU stack.
+# GPU_PREFLIGHT_NVIDIA_SMI_OUTPUT=FILE (tests of these scripts on a host without GPUs): read that
+# file as nvidia-smi's answer instead of asking the GPUs.
 
 GPU_PREFLIGHT_VARIABLES=(GPU_TOPOLOGY INFERENCE_GPU TRAINER_GPU ONE_GPU GPU_ASYNC_GRPO GPU_VLLM_EXTRA_ARGS
                          GPU_TRAINER_MEMORY_GIB)
@@ -14,15 +16,20 @@ gpu_preflight() {
   local project=${1:-}
   command -v docker >/dev/null || { echo "gpu-preflight: FAIL  docker is not installed (scripts/provision-docker.sh)"; return 1; }
   local base=${BASE_IMAGE:-$(scripts/ensure-base-image.sh)}
-  local args=(--rm --gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility
-              -v "$PWD/trainer/trainer/gpu_preflight.py:/gpu_preflight.py:ro")
+  local args=(--rm -v "$PWD/trainer/trainer/gpu_preflight.py:/gpu_preflight.py:ro") script_args=()
+  if [ -n "${GPU_PREFLIGHT_NVIDIA_SMI_OUTPUT:-}" ]; then
+    args+=(-v "$(realpath "$GPU_PREFLIGHT_NVIDIA_SMI_OUTPUT"):/nvidia-smi.csv:ro")
+    script_args=(--nvidia-smi-output /nvidia-smi.csv)
+  else
+    args+=(--gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility)
+  fi
   [ -f .env ] && args+=(--env-file .env)
   local name
   for name in "${GPU_PREFLIGHT_VARIABLES[@]}"; do
     [ -n "${!name+x}" ] && args+=(-e "$name")
   done
   local out
-  if ! out=$(docker run "${args[@]}" "$base" python3 /gpu_preflight.py 2>&1); then
+  if ! out=$(docker run "${args[@]}" "$base" python3 /gpu_preflight.py "${script_args[@]}" 2>&1); then
     echo "$out"
     if ! grep -q '^gpu-preflight:' <<<"$out"; then
       echo "gpu-preflight: FAIL  \`docker run --gpus all\` did not start: the NVIDIA driver and the NVIDIA" \

@@ -52,7 +52,7 @@ if timeout "${SMOKE_SERVICES_TIMEOUT_S:-1800}" "${compose[@]}" up --detach --wai
 else
   "${compose[@]}" ps --all >>"$logs/services.log" 2>&1
   "${compose[@]}" logs --no-color --tail 40 "${gpu_services[@]}" >>"$logs/services.log" 2>&1
-  verdict services FAIL "not healthy within ${SMOKE_SERVICES_TIMEOUT_S:-1800} s"
+  verdict services FAIL "did not start, or not healthy within ${SMOKE_SERVICES_TIMEOUT_S:-1800} s"
   diagnose "$logs/services.log" "Error|error|CUDA out of memory|not writable|401|403" \
     "inference: model download (HF_TOKEN, HF_HUB_OFFLINE=1 with an empty cache), GPU memory (GPU_VLLM_EXTRA_ARGS)"
   exit 1
