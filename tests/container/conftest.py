@@ -28,6 +28,10 @@ ANSWER_CALL = {"name": "answer", "arguments": {"answer": "{choice}"}}
 DIGITS = ",".join(str(d) for d in range(10))
 # A policy that always answers "0" (held-out evaluation: it scores the share of questions whose answer is 0).
 ZERO_CALL = {"name": "answer", "arguments": {"answer": "0"}}
+# The toy agent the CPU AsyncGRPO config trains, as compose.yaml's model-init makes it.
+AGENT_CALL = {"name": "bash", "arguments": {"command": "{choice}"}}
+AGENT_CHOICES = ",".join(f"echo '{program}' > solution.py" for program in
+                         ("print(input()[::-1])", "print(input())", "print(input().upper())", "print(input()[1:])"))
 
 # The reaper image cannot be pulled on air-gapped hosts; containers are removed by the fixtures.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -103,8 +107,9 @@ def run_in_image(image: str, volume: str, *command: str, outputs: Path | None = 
 
 @pytest.fixture(scope="session")
 def models_volume(inference_image: str) -> Iterator[str]:
-    """A volume with /models/a (seed 0), /models/b (seed 1, same tokenizer), /models/scripted and
-    /models/answer-policy (the toy policy of the CPU GRPO config) and /models/answer-zero."""
+    """A volume with /models/a (seed 0), /models/b (seed 1, same tokenizer), /models/scripted,
+    /models/answer-policy (the toy policy of the CPU GRPO config), /models/answer-zero and
+    /models/opencode-policy (the toy agent of the CPU AsyncGRPO config)."""
     volume = f"rlstack-test-models-{uuid.uuid4().hex[:8]}"
     subprocess.run(["docker", "volume", "create", volume], check=True, capture_output=True)
     try:
@@ -117,6 +122,8 @@ def models_volume(inference_image: str) -> Iterator[str]:
                      "--scripted-tool-call", json.dumps(ANSWER_CALL), "--choices", DIGITS)
         run_in_image(inference_image, volume, *gen, "--out", "/models/answer-zero", "--tokenizer-from", "/models/a",
                      "--scripted-tool-call", json.dumps(ZERO_CALL))
+        run_in_image(inference_image, volume, *gen, "--out", "/models/opencode-policy", "--tokenizer-from", "/models/a",
+                     "--scripted-tool-call", json.dumps(AGENT_CALL), "--choices", AGENT_CHOICES)
         yield volume
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)

