@@ -79,6 +79,7 @@ bench: venv build ## benchmarks (figures in README.md)
 	$(PYTHON) bench/inference_cpu.py
 	$(PYTHON) bench/proxy_overhead.py
 	$(PYTHON) bench/opencode_rollouts.py
+	$(PYTHON) bench/opencode_learning_cpu.py
 
 lock: ## re-resolve docker/requirements/*.lock from the *.in files inside the base image
 	$(BASE) scripts/lock-requirements.sh $(LOCK)
