@@ -169,16 +169,15 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
 
 def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> None:
     image = gpu_images["services"]["trainer"]["image"]
-    out = dry_run(image, "async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_p=0.9", "async_grpo.top_k=20",
-                  "async_grpo.min_p=0.05", "async_grpo.repetition_penalty=1.1",
-                  "async_grpo.max_tool_calling_iterations=6", "async_grpo.temperature=0.7",
-                  "async_grpo.max_completion_length=4096", "async_grpo.max_inflight_tasks=-1")
+    out = dry_run(image, "async-grpo", "async-grpo-gpu.yaml", "async_grpo.temperature=0.7", "async_grpo.top_k=0",
+                  "async_grpo.max_tool_calling_iterations=6", "async_grpo.max_completion_length=4096",
+                  "async_grpo.request_timeout=120", "async_grpo.max_inflight_tasks=-1")
     assert out.returncode == 0, out.stderr
     worker = json.loads(out.stdout)["rollout_worker"]
-    assert {k: worker[k] for k in ("top_p", "top_k", "min_p", "repetition_penalty", "max_tool_calling_iterations",
-                                   "temperature", "max_tokens")} == {
-        "top_p": 0.9, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "max_tool_calling_iterations": 6,
-        "temperature": 0.7, "max_tokens": 4096}
+    assert {k: worker[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                   "max_tool_calling_iterations", "max_tokens", "request_timeout")} == {
+        "temperature": 0.7, "top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0,
+        "max_tool_calling_iterations": 6, "max_tokens": 4096, "request_timeout": 120}
     assert worker["max_inflight_tasks"] == 4 * 4  # TRL's -1: max_staleness x per-step samples
 
 
@@ -187,6 +186,9 @@ def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> 
     ("grpo", "grpo-cpu.yaml", "weight_sync.mode=nccl", "weight_sync.mode: nccl is TRL's vLLM server mode"),
     ("async-grpo", "async-grpo-gpu.yaml", "weight_sync.mode=checkpoint", "weight_sync does not apply to async-grpo"),
     ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_pp=0.9", "async_grpo: "),
+    # OpenEnv's harness trains the full-vocabulary policy: a filter would make vLLM's logprobs differ.
+    ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_p=0.9", "training sampling requires top_p=1.0"),
+    ("async-grpo", "async-grpo-cpu.yaml", "async_grpo.repetition_penalty=1.1", "requires repetition_penalty=1.0"),
 ])
 def test_inconsistent_gpu_settings_fail_before_anything_loads(gpu_images: dict, job: str, config: str,
                                                              override: str, message: str) -> None:

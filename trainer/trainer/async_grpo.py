@@ -69,9 +69,26 @@ def async_grpo_config(config: dict[str, Any], output_dir: Path, cuda: bool = Tru
     fields = trl_fields(config, "async_grpo", output_dir, "async-grpo")
     fields.setdefault("vllm_server_base_url", section(config, "inference").get("url", "http://inference:8000"))
     try:
-        return AsyncGRPOConfig(**fields)
+        args = AsyncGRPOConfig(**fields)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"async_grpo: {exc}") from None
+    check_training_policy(args)
+    return args
+
+
+def check_training_policy(args: Any) -> None:
+    """OpenEnv's harness trains on the full-vocabulary distribution, scaled by the temperature only
+    (its ``training_sampling`` rule, which TRL's loop applies when it starts): refuse anything else
+    here, with the reason, instead of a traceback from the rollout worker."""
+    from openenv.core.harness.capture.upstream import training_sampling
+
+    policy = {key: getattr(args, key) for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+              if getattr(args, key) is not None}
+    try:
+        training_sampling(policy)
+    except ValueError as exc:
+        raise ConfigError(f"async_grpo: {exc}: a truncated or penalised distribution would make the logprobs "
+                          "vLLM records differ from the ones the loss uses; only temperature may change") from None
 
 
 def inflight_tasks(args: Any) -> int:
