@@ -50,6 +50,24 @@ def test_a_call_past_the_deadline_is_killed_without_blocking_the_loop_and_the_wo
     asyncio.run(scenario())
 
 
+def test_a_caller_cancelled_mid_call_leaves_its_worker_to_finish_and_serve_the_next_call() -> None:
+    # A session closed while its questions are being prefetched cancels the call; the worker is fine.
+    busy = dataset_request("acre", 1, 3000, max_size=1_000_000)  # building it takes about 0.7 s
+    cheap = dataset_request("chain_sum", 1, 10, max_size=1_000_000)
+
+    async def scenario() -> None:
+        async with started_pool(timeout_s=30) as pool:
+            call = asyncio.create_task(pool.entries(busy, 0, 1))
+            await asyncio.sleep(0.1)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            entries, _ = await pool.entries(cheap, 0, 1)  # the only worker, back once it replied
+            assert len(entries) == 1 and pool.restarts == 0
+
+    asyncio.run(scenario())
+
+
 def test_memory_bound_fails_the_call_and_the_pool_recovers() -> None:
     hog = dataset_request("count_primes", 1, 2, max_size=10, dataset_config={"max_n": 200_000_000})
     cheap = dataset_request("chain_sum", 1, 10, max_size=10)

@@ -55,6 +55,7 @@ class WorkerPool:
         self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
         self._busy: set[_Worker] = set()
         self._respawns: set[asyncio.Task] = set()
+        self._exchanges: set[asyncio.Task] = set()
         self._closed = False
 
     async def start(self) -> None:
@@ -65,7 +66,7 @@ class WorkerPool:
     async def close(self) -> None:
         """Kill every worker."""
         self._closed = True
-        for task in self._respawns:
+        for task in self._respawns | self._exchanges:
             task.cancel()
         while not self._idle.empty():
             self._idle.get_nowait().kill()
@@ -113,15 +114,36 @@ class WorkerPool:
 
     async def _call(self, request: tuple, what: str) -> Any:
         worker = await self._idle.get()
+        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        exchange = asyncio.create_task(self._exchange(worker, data, what))
+        self._exchanges.add(exchange)
+        exchange.add_done_callback(self._exchanges.discard)
+        exchange.add_done_callback(_settle_exchange)
+        kind, value = await asyncio.shield(exchange)
+        if kind == "ok":
+            return value
+        if kind == "invalid":
+            raise EnvInputError(value)
+        if kind in ("too_large", "memory"):
+            self._warnings.warning("dataset worker refused %s: %s", what, value)
+            raise DatasetTooCostly(f"{what}: {value}")
+        self._warnings.warning("reasoning-gym failed while %s: %s", what, value)
+        raise DatasetError(f"reasoning-gym failed while {what}: {value}")
+
+    async def _exchange(self, worker: _Worker, data: bytes, what: str) -> tuple[str, Any]:
+        """Send one request to ``worker`` and read its reply under the deadline; then the worker goes
+        back to idle, or is replaced when it overran or died. A task of its own, so that a caller
+        cancelled mid-call (a session closed during a prefetch) leaves the reply to be read here
+        instead of costing a worker."""
         self._busy.add(worker)
         healthy = False
         try:
-            data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
             async with asyncio.timeout(self.timeout_s):
                 worker.writer.write(FRAME.pack(len(data)) + data)
                 await worker.writer.drain()
                 kind, value = await _read_frame(worker.reader)
             healthy = kind != "memory"  # the worker exits after a MemoryError
+            return kind, value
         except TimeoutError:
             self._warnings.warning("dataset worker killed: %s took over %gs", what, self.timeout_s)
             raise DatasetTooCostly(f"{what} took longer than DATASET_BUILD_TIMEOUT_S={self.timeout_s:g}s") from None
@@ -132,17 +154,14 @@ class WorkerPool:
             self._busy.discard(worker)
             if healthy:
                 self._idle.put_nowait(worker)
-            else:  # overran, died, was cancelled mid-call (its reply would reach the next caller)
+            else:  # overran, died, or the pool closed mid-call
                 self._replace(worker)
-        if kind == "ok":
-            return value
-        if kind == "invalid":
-            raise EnvInputError(value)
-        if kind in ("too_large", "memory"):
-            self._warnings.warning("dataset worker refused %s: %s", what, value)
-            raise DatasetTooCostly(f"{what}: {value}")
-        self._warnings.warning("reasoning-gym failed while %s: %s", what, value)
-        raise DatasetError(f"reasoning-gym failed while {what}: {value}")
+
+
+def _settle_exchange(task: asyncio.Task) -> None:
+    """Retrieve the outcome of an exchange whose caller may be gone (no "never retrieved" noise)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> tuple[str, Any]:
