@@ -22,7 +22,7 @@ RUN pip install --no-deps /src/reasoning-gym-env-client /src/opencode-env-client
 ENV PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HOME=/cache/huggingface TRACKIO_DIR=/outputs/trackio \
     TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 RUN useradd --system --uid 10001 --home-dir /home/app --create-home app \
- && mkdir -p /outputs /weights /cache && chown app:app /outputs /weights /cache
+  && mkdir -p /outputs /weights /cache /models && chown app:app /outputs /weights /cache /models
 USER app
 WORKDIR /home/app
 ENTRYPOINT ["python3", "-m", "trainer"]

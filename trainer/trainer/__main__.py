@@ -1,8 +1,9 @@
-"""``python -m trainer {grpo,async-grpo,eval} --config FILE [--set KEY=VALUE ...] [--dry-run]``.
+"""``python -m trainer {grpo,async-grpo,eval,pretrain} --config FILE [--set KEY=VALUE ...] [--dry-run]``.
 
 ``eval`` evaluates a model (``--model``: the base model, a checkpoint, ``final/``; default the
 config's) on the held-out questions of a GRPO config, or on the held-out coding tasks of an
-AsyncGRPO config (with the model the inference service serves).
+AsyncGRPO config (with the model the inference service serves). ``pretrain`` makes the config's
+``model`` from its ``pretrain`` section (``--if-missing``: unless it is already there).
 """
 
 import argparse
@@ -14,7 +15,7 @@ from pathlib import Path
 from .config import ConfigError, load_config
 from .reasoning_gym_tools import EnvUnavailable
 
-JOBS = ("grpo", "async-grpo", "eval")
+JOBS = ("grpo", "async-grpo", "eval", "pretrain")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generate", choices=("local", "inference"),
                         help="eval: generate in this process or on the inference service (default: eval.generate)")
     parser.add_argument("--out", type=Path, help="eval: where eval.json goes (default: OUTPUT_DIR/eval.json)")
+    parser.add_argument("--if-missing", action="store_true",
+                        help="pretrain: do nothing if the model folder already holds what these settings make")
     parser.add_argument("--dry-run", action="store_true",
                         help="grpo/async-grpo: validate the config, build TRL's config objects, print what TRL would "
                              "get (sampling settings, dtypes, memory settings) as JSON, and stop before loading the "
@@ -42,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
             from .evaluate import run as evaluate
 
             evaluate(config, args.model, args.out)
+            return 0
+        if args.job == "pretrain":
+            from . import pretrain
+
+            if args.if_missing and pretrain.already_done(config):
+                print(f"trainer: {config['model']} already holds this pre-trained policy", flush=True)
+            else:
+                pretrain.run(config)
             return 0
         if config.get("job", args.job) != args.job:
             raise ConfigError(f"{args.config} is a {config['job']!r} config; run `python -m trainer {config['job']}`")

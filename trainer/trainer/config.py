@@ -33,6 +33,8 @@ KNOWN_KEYS = {
     "collect": "async-grpo on CPU: timeout_s (how long to wait for training rows in all)",
     "eval": "held-out evaluation: seed (held-out, not the training seed), num_questions, pool, temperature, greedy, "
             "generate (local|inference), max_new_tokens, before_after (evaluate before and after training)",
+    "pretrain": "GRPO on CPU: how `python -m trainer pretrain` makes the policy (trainer/pretrain.py: base, seed, "
+                "questions, vocab_size, batch_size, learning_rate, skill_loss, max_steps, label_noise, noise_steps, ...)",
     "grpo": "fields of trl.GRPOConfig",
     "async_grpo": "fields of trl's AsyncGRPOConfig",
 }

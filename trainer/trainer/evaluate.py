@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .config import ConfigError, section
-from .held_out import Generate, Question, held_out_questions, score_answers, summary_of
+from .held_out import Generate, Question, held_out_questions, pretraining_digests, score_answers, summary_of
 from .reasoning_gym_tools import PROMPT, EnvUnavailable, ReasoningGymSettings, ReasoningGymToolEnv
 
 log = logging.getLogger("trainer.evaluate")
@@ -61,9 +61,11 @@ def answer_tool(settings: ReasoningGymSettings) -> Any:
 
 
 def held_out_set(config: dict[str, Any]) -> tuple[list[Question], int]:
-    """The config's held-out questions and how many candidates were skipped as training questions."""
+    """The config's held-out questions and how many candidates were skipped as training questions or
+    as questions the config's model was pre-trained on."""
     training, ev = reasoning_gym_settings(config), eval_settings(config)
-    return held_out_questions(training, training.dataset_size, ev["seed"], ev["num_questions"], ev["pool"])
+    return held_out_questions(training, training.dataset_size, ev["seed"], ev["num_questions"], ev["pool"],
+                              pretraining_digests(str(config.get("model", ""))))
 
 
 def held_out_evaluation(config: dict[str, Any], generate: Generate, label: str,

@@ -2,8 +2,11 @@
 server, and the statistics of a held-out evaluation."""
 
 import contextlib
+import hashlib
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
@@ -12,6 +15,7 @@ from .config import ConfigError
 from .reasoning_gym_tools import EnvUnavailable, ReasoningGymSettings
 
 Z95 = 1.959963984540054
+PRETRAINING_MANIFEST = "rlstack_pretraining.json"  # written into a model folder by ``trainer.pretrain``
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,19 @@ class Question:
 
     index: int
     text: str
+
+
+def question_digest(text: str) -> str:
+    """How a question is recorded where its text is not kept (a policy's pre-training questions)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def pretraining_digests(model_dir: str) -> frozenset[str]:
+    """The digests of the questions ``model_dir`` was pre-trained on (empty for any other model)."""
+    path = Path(model_dir) / PRETRAINING_MANIFEST
+    if not path.is_file():
+        return frozenset()
+    return frozenset(json.loads(path.read_text())["question_sha256"])
 
 
 def _session(settings: ReasoningGymSettings) -> Any:
@@ -43,10 +60,27 @@ def _walk(settings: ReasoningGymSettings, seed: int, size: int, count: int) -> I
             yield env.reset().observation.question
 
 
+def labelled_questions(settings: ReasoningGymSettings, seed: int, count: int) -> list[tuple[str, str]]:
+    """The first ``count`` questions of the dataset ``(settings.dataset, seed, count)`` with the correct
+    answer the server reveals once a question is answered (pre-training data)."""
+    examples = []
+    with _session(settings) as env:
+        result = env.reset(dataset_name=settings.dataset, dataset_config=settings.dataset_config, seed=seed, size=count)
+        for index in range(count):
+            if index:
+                result = env.reset()
+            answer = env.step(ReasoningGymAction(answer="")).observation.correct_answer
+            if answer is None:
+                raise RuntimeError(f"the env server revealed no correct answer for question {index} of {settings.dataset}")
+            examples.append((result.observation.question, str(answer)))
+    return examples
+
+
 def held_out_questions(training: ReasoningGymSettings, training_questions: int, seed: int, count: int,
-                       pool: int) -> tuple[list[Question], int]:
+                       pool: int, excluded: frozenset[str] = frozenset()) -> tuple[list[Question], int]:
     """``count`` questions of the held-out ``seed`` whose text is none of the first
-    ``training_questions`` questions the training run draws; (questions, how many were skipped).
+    ``training_questions`` questions the training run draws and whose sha256 is not in ``excluded``
+    (the policy's pre-training questions); (questions, how many were skipped).
 
     Raises ``ConfigError`` when the seeds are equal or the dataset has too few distinct questions.
     """
@@ -57,7 +91,7 @@ def held_out_questions(training: ReasoningGymSettings, training_questions: int, 
     questions, skipped = [], 0
     with contextlib.closing(_walk(training, seed, pool, pool)) as candidates:  # read only as far as needed
         for index, text in enumerate(candidates):
-            if text in seen:
+            if text in seen or question_digest(text) in excluded:
                 skipped += 1
                 continue
             questions.append(Question(index, text))
@@ -65,7 +99,8 @@ def held_out_questions(training: ReasoningGymSettings, training_questions: int, 
                 break
     if len(questions) < count:
         raise ConfigError(f"only {len(questions)} of {pool} held-out questions of {training.dataset} differ from the "
-                          f"{training_questions} training questions (asked for {count}): the dataset has too few "
+                          f"{training_questions} training questions and the {len(excluded)} pre-training questions "
+                          f"(asked for {count}): the dataset has too few "
                           "distinct questions; lower eval.num_questions or reasoning_gym.dataset_size, or widen "
                           "dataset_config")
     return questions, skipped

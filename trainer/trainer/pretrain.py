@@ -1,0 +1,253 @@
+"""Pre-train the CPU default's policy offline: a tiny Qwen3 that answers reasoning-gym questions in
+the tool-calling format the GRPO job trains on, to a *partial* skill that GRPO can improve.
+
+``python -m trainer pretrain --config grpo-cpu.yaml`` writes the config's ``model`` folder from the
+``pretrain`` section, deterministically on one machine (same settings, same packages, same CPU):
+
+1. Questions and their correct answers come from the reasoning-gym env service (through its client,
+   from ``pretrain.seed``, far from the training and held-out seeds); the questions' sha256 go into
+   ``rlstack_pretraining.json`` so the held-out evaluation skips every one of them.
+2. A byte-level BPE tokenizer (``base``'s normaliser, pre-tokenizer and special tokens) is trained on
+   the prompts, and a small Qwen3 (``base``'s architecture, the section's shape) is initialised for it.
+3. The skill: supervised steps on (prompt, ``answer`` tool call with the correct answer), the loss on
+   the completion only, until the answer token's loss (moving average) is below ``skill_loss``.
+   The prompt's shared head (system prompt and tool schema) runs once per step without gradient,
+   its keys and values reused by every row: the same forward, a fraction of the work.
+4. The partial part: ``noise_steps`` steps on labels of which a share ``label_noise`` is replaced by a
+   random answer of the dataset's. The policy keeps the skill (its greedy answer is mostly right)
+   but samples the right answer only about half the time at T=1: what the reward can sharpen.
+"""
+
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import ConfigError, section
+from .generation import messages_for
+from .held_out import PRETRAINING_MANIFEST as MANIFEST, labelled_questions, question_digest
+from .reasoning_gym_tools import PROMPT, ReasoningGymSettings
+
+log = logging.getLogger("trainer.pretrain")
+VERSION = "1"
+
+
+@dataclass(frozen=True)
+class PretrainSettings:
+    """The ``pretrain`` section of a GRPO config."""
+
+    base: str = "/models/default"
+    seed: int = 1_000_000
+    questions: int = 8000
+    vocab_size: int = 1024
+    hidden_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    init_seed: int = 0
+    batch_size: int = 32
+    learning_rate: float = 1e-2
+    warmup_steps: int = 30
+    skill_loss: float = 0.3
+    max_steps: int = 800
+    label_noise: float = 0.6
+    noise_steps: int = 100
+    noise_learning_rate: float = 3e-3
+    threads: int = 2
+
+
+def pretrain_settings(config: dict[str, Any]) -> PretrainSettings:
+    """The validated ``pretrain`` section (``ConfigError`` on an unknown key or a bad value)."""
+    raw = section(config, "pretrain")
+    fields = PretrainSettings.__dataclass_fields__
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown pretrain keys {unknown}; known: {', '.join(fields)}")
+    try:
+        settings = PretrainSettings(**{k: type(getattr(PretrainSettings, k))(v) for k, v in raw.items()})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"pretrain: {exc}") from None
+    if not 0.0 <= settings.label_noise < 1.0 or settings.questions < settings.batch_size:
+        raise ConfigError("pretrain.label_noise must be in [0, 1) and pretrain.questions >= pretrain.batch_size")
+    return settings
+
+
+def completion_text(answer: str) -> str:
+    """The assistant turn the GRPO job rewards: one ``answer`` tool call, then the end of the turn."""
+    call = json.dumps({"name": "answer", "arguments": {"answer": answer}})
+    return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
+
+
+def _recipe(config: dict[str, Any], settings: PretrainSettings, rg: ReasoningGymSettings) -> dict[str, Any]:
+    """Everything the output depends on (``--if-missing`` compares it)."""
+    return {"version": VERSION, "settings": asdict(settings), "dataset": rg.dataset,
+            "dataset_config": rg.dataset_config, "prompt": section(config, "reasoning_gym").get("prompt", PROMPT)}
+
+
+def already_done(config: dict[str, Any]) -> bool:
+    """Whether the config's model folder holds what ``run`` would write."""
+    from .evaluate import reasoning_gym_settings
+
+    path = Path(config["model"]) / MANIFEST
+    try:
+        recorded = json.loads(path.read_text())["recipe"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return recorded == json.loads(json.dumps(_recipe(config, pretrain_settings(config), reasoning_gym_settings(config))))
+
+
+def run(config: dict[str, Any]) -> dict[str, Any]:
+    """Pre-train and write the config's ``model`` folder; returns the manifest."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
+
+    from .evaluate import answer_tool, reasoning_gym_settings
+
+    settings, rg = pretrain_settings(config), reasoning_gym_settings(config)
+    prompt = section(config, "reasoning_gym").get("prompt", PROMPT)
+    out = Path(config["model"])
+    began = time.monotonic()
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.init_seed)
+    log.info("pretrain: fetching %d %s questions (seed %d) from %s", settings.questions, rg.dataset, settings.seed,
+             rg.env_url)
+    examples = labelled_questions(rg, settings.seed, settings.questions)
+    base = AutoTokenizer.from_pretrained(settings.base)
+    tool = answer_tool(rg)
+
+    def render(tokenizer: Any, question: str) -> str:
+        return tokenizer.apply_chat_template(messages_for(prompt, question), tools=[tool], tokenize=False,
+                                             add_generation_prompt=True, enable_thinking=False)
+
+    corpus = [render(base, q) + completion_text(a) for q, a in examples]
+    tokenizer = base.train_new_from_iterator(corpus, vocab_size=settings.vocab_size)
+    tokenizer.chat_template = base.chat_template
+    model_config = AutoConfig.from_pretrained(settings.base)
+    model_config.vocab_size = len(tokenizer)
+    model_config.hidden_size, model_config.num_hidden_layers = settings.hidden_size, settings.num_hidden_layers
+    model_config.intermediate_size = 3 * settings.hidden_size
+    model_config.num_attention_heads = model_config.num_key_value_heads = settings.num_attention_heads
+    model_config.head_dim = settings.hidden_size // settings.num_attention_heads
+    model_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model_config.pad_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    model = Qwen3ForCausalLM(model_config).to(torch.float32)
+    model.generation_config = GenerationConfig(eos_token_id=[model_config.eos_token_id, model_config.pad_token_id],
+                                               pad_token_id=model_config.pad_token_id)
+    log.info("pretrain: tokenizer of %d tokens, model of %s parameters (%.0f s)", len(tokenizer),
+             f"{sum(p.numel() for p in model.parameters()):,}", time.monotonic() - began)
+
+    rng = random.Random(settings.init_seed)
+    prompts = [tokenizer(render(tokenizer, q)).input_ids for q, _ in examples]
+    clean = [tokenizer(completion_text(a)).input_ids for _, a in examples]
+    answers = sorted({a for _, a in examples})
+    noisy = [tokenizer(completion_text(rng.choice(answers) if rng.random() < settings.label_noise else a)).input_ids
+             for _, a in examples]
+    trainer = _SharedHeadTrainer(model, prompts, model_config.pad_token_id, settings, rng)
+    skill_steps, skill_loss = trainer.train(clean, settings.max_steps, settings.learning_rate,
+                                            stop_below=settings.skill_loss, phase="skill")
+    if skill_loss >= settings.skill_loss:
+        raise RuntimeError(f"pretrain: the answer loss is {skill_loss:.3f} after pretrain.max_steps={settings.max_steps} "
+                           f"steps, above pretrain.skill_loss={settings.skill_loss}: the policy did not learn the task; "
+                           "raise pretrain.max_steps or pretrain.learning_rate")
+    _, noise_loss = trainer.train(noisy, settings.noise_steps, settings.noise_learning_rate, stop_below=None,
+                                  phase="partial")
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    model.save_pretrained(out, safe_serialization=True)
+    manifest = {"recipe": _recipe(config, settings, rg), "skill_steps": skill_steps, "skill_answer_loss": skill_loss,
+                "partial_answer_loss": noise_loss, "answers": answers, "seconds": round(time.monotonic() - began, 1),
+                "question_sha256": sorted({question_digest(q) for q, _ in examples})}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    for path in out.iterdir():
+        path.chmod(0o644)  # read by the trainer and inference containers under other uids
+    log.info("pretrain: wrote %s in %.0f s (skill after %d steps, answer loss %.3f; partial: answer loss %.3f)",
+             out, manifest["seconds"], skill_steps, skill_loss, noise_loss)
+    return manifest
+
+
+class _SharedHeadTrainer:
+    """Supervised steps on (prompt, completion) rows whose prompts share a head of tokens."""
+
+    EMA = 0.9
+
+    def __init__(self, model: Any, prompts: Sequence[list[int]], pad: int, settings: PretrainSettings,
+                 rng: random.Random) -> None:
+        import torch
+
+        self.model, self.pad, self.settings, self.rng = model, pad, settings, rng
+        first, n = prompts[0], 0
+        while all(len(p) > n and p[n] == first[n] for p in prompts):
+            n += 1
+        self.head = torch.tensor(first[:n])[None]
+        self.tails = [p[n:] for p in prompts]
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
+        self.step = 0
+
+    def train(self, completions: Sequence[list[int]], steps: int, learning_rate: float,
+              stop_below: float | None, phase: str) -> tuple[int, float]:
+        """Up to ``steps`` steps (fewer once the answer loss's moving average is below ``stop_below``);
+        returns (steps run, that moving average)."""
+        import torch
+
+        answer_at = _answer_position(completions)
+        average = float("nan")
+        began = time.monotonic()
+        for step in range(1, steps + 1):
+            self.step += 1
+            warmup = min(1.0, self.step / max(1, self.settings.warmup_steps))
+            for group in self.optimizer.param_groups:
+                group["lr"] = learning_rate * warmup
+            rows = [self.rng.randrange(len(completions)) for _ in range(self.settings.batch_size)]
+            logits, targets = self._forward([(self.tails[i], completions[i]) for i in rows])
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            answer_loss = torch.nn.functional.cross_entropy(logits[:, answer_at].detach(), targets[:, answer_at]).item()
+            average = answer_loss if step == 1 else self.EMA * average + (1 - self.EMA) * answer_loss
+            if step % 50 == 0:
+                log.info("pretrain %s: step %d | loss %.4f | answer loss %.3f | %.0f s", phase, step, loss.item(),
+                         average, time.monotonic() - began)
+            if stop_below is not None and average < stop_below:
+                return step, average
+        return steps, average
+
+    def _forward(self, rows: list[tuple[list[int], list[int]]]) -> tuple[Any, Any]:
+        """Logits at the completion positions and their targets, both (rows, completion length)."""
+        import torch
+
+        batch, head = len(rows), self.head.shape[1]
+        width = max(len(t) + len(c) for t, c in rows)
+        ids = torch.full((batch, width), self.pad)
+        mask = torch.zeros((batch, head + width), dtype=torch.long)
+        mask[:, :head] = 1
+        where = torch.zeros((batch, width), dtype=torch.bool)
+        targets = []
+        for i, (tail, completion) in enumerate(rows):
+            ids[i, : len(tail) + len(completion)] = torch.tensor(tail + completion)
+            mask[i, head: head + len(tail) + len(completion)] = 1
+            where[i, len(tail) - 1: len(tail) + len(completion) - 1] = True  # positions that predict the completion
+            targets.append(completion)
+        with torch.no_grad():
+            cache = self.model.model(input_ids=self.head, use_cache=True).past_key_values
+        cache.batch_repeat_interleave(batch)
+        positions = torch.arange(head, head + width)[None].expand(batch, -1)
+        hidden = self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                                  use_cache=True).last_hidden_state
+        logits = self.model.lm_head(hidden[where]).view(batch, -1, self.model.config.vocab_size)
+        return logits, torch.tensor(targets)
+
+
+def _answer_position(completions: Sequence[list[int]]) -> int:
+    """The completion position that holds the answer (the first one where completions differ)."""
+    width = len(completions[0])
+    if any(len(c) != width for c in completions):
+        raise ConfigError("pretrain: the dataset's answers are not one token each; pick a dataset with short answers")
+    for position in range(width):
+        if len({c[position] for c in completions}) > 1:
+            return position
+    raise ConfigError("pretrain: every question has the same answer")
