@@ -9,7 +9,8 @@ BASE = BASE_IMAGE="$$(scripts/ensure-base-image.sh)"
 
 GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml
 
-# Long-running services; `trainer` runs the job once they answer.
+# Long-running services; `trainer` runs the job once they answer and `policy-init` (pre-training the
+# CPU job's policy, started with them) has finished.
 SERVICES = reasoning-gym-env inference opencode-env dashboard
 
 .PHONY: help up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container bench lock gpu-smoke gpu-preflight
@@ -18,8 +19,11 @@ help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 up: wheelhouse ## build what is missing, start the stack, run the default training job (the stack stays up)
-	$(BASE) docker compose up --build --detach --wait $(SERVICES)
+	$(BASE) docker compose up --build --detach --wait $(SERVICES) policy-init
 	@$(MAKE) --no-print-directory urls
+	@echo "policy-init: pre-training the CPU job's policy (once; docker compose logs -f policy-init)"
+	@docker compose wait policy-init >/dev/null || { docker compose logs --no-log-prefix --tail 20 policy-init; \
+	  echo "policy-init failed: docker compose logs policy-init"; exit 1; }
 	$(BASE) docker compose up --build --no-deps --no-log-prefix trainer
 	@code=$$(docker compose ps --all --format '{{.ExitCode}}' trainer); [ "$$code" = 0 ] \
 	  || { echo "training job failed (exit $$code): docker compose logs trainer"; exit 1; }

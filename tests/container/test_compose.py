@@ -43,7 +43,7 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
            **{k: str(v) for k, v in ports.items()}}
     compose = ["docker", "compose"]
     try:
-        subprocess.run([*compose, "up", "--build", "--wait", "--wait-timeout", "600", *SERVICES],
+        subprocess.run([*compose, "up", "--build", "--wait", "--wait-timeout", "600", *SERVICES, "policy-init"],
                        cwd=ROOT, env=env, check=True)
         health = httpx.get(f"http://127.0.0.1:{ports['REASONING_GYM_ENV_PORT']}/health", timeout=5).json()
         assert health["status"] == "healthy" and health["max_sessions"] == 64
@@ -52,7 +52,9 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         opencode = httpx.get(f"http://127.0.0.1:{ports['OPENCODE_ENV_PORT']}/health", timeout=5).json()
         assert opencode["network_isolation"] is True and opencode["inference_url"] == "http://inference:8000"
 
-        # As `make up`: the services were just health-checked, so the job starts without touching them.
+        # As `make up`: the policy is pre-trained while the services start; the services were just
+        # health-checked, so the job starts without touching them.
+        subprocess.run([*compose, "wait", "policy-init"], cwd=ROOT, env=env, check=True, timeout=600)
         job = subprocess.Popen([*compose, "up", "--no-deps", "--no-log-prefix", "trainer"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         log, restarted = [], False

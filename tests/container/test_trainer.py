@@ -19,6 +19,11 @@ from testcontainers.core.network import Network
 from tests.container.conftest import MODEL_NAME, run_in_image, start_inference, start_opencode_env, wait_healthy
 
 DATASET_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+# These tests drive the GRPO config with scripted fixtures (a digit-picking policy, one that always
+# answers "0") on 2-term one-digit chain_sum, not with the default pre-trained aiw policy.
+CHAIN_SUM_ARGS = ["--set", "reasoning_gym.dataset=chain_sum", "--set",
+                  "reasoning_gym.dataset_config={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
+                  "--set", "eval.pool=2000", "--set", "grpo.learning_rate=0.01"]
 COMPARE_WEIGHTS = """
 import sys
 from safetensors.torch import load_file
@@ -67,7 +72,7 @@ def gym_env(env_image: str, network: Network) -> Iterator[DockerContainer]:
 
 def grpo_args(*extra: str) -> list[str]:
     return ["grpo", "--config", "grpo-cpu.yaml", "--set", "model=/models/answer-policy", "--set",
-            "output_dir=/outputs/grpo", "--set", "grpo.report_to=[trackio]", *extra]
+            "output_dir=/outputs/grpo", "--set", "grpo.report_to=[trackio]", *CHAIN_SUM_ARGS, *extra]
 
 
 def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym_env, outputs):
@@ -241,7 +246,7 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
 
 def eval_args(*extra: str) -> list[str]:
     return ["eval", "--config", "grpo-cpu.yaml", "--model", "/models/answer-zero", "--set", "output_dir=/outputs/eval",
-            *extra]
+            *CHAIN_SUM_ARGS, *extra]
 
 
 def test_eval_scores_come_from_the_env_server_and_match_the_inference_path(

@@ -1,0 +1,57 @@
+"""Pre-training of the CPU policy: its settings, the answer position, and the held-out evaluation
+skipping every pre-training question."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer import held_out
+from trainer.config import ConfigError
+from trainer.held_out import PRETRAINING_MANIFEST, held_out_questions, pretraining_digests, question_digest
+from trainer.pretrain import _answer_position, completion_text, pretrain_settings
+from trainer.reasoning_gym_tools import ReasoningGymSettings
+
+
+def test_settings_are_typed_and_unknown_keys_refused() -> None:
+    settings = pretrain_settings({"pretrain": {"questions": "500", "learning_rate": "0.02"}})
+    assert (settings.questions, settings.learning_rate, settings.base) == (500, 0.02, "/models/default")
+    with pytest.raises(ConfigError, match=r"unknown pretrain keys \['questons'\]"):
+        pretrain_settings({"pretrain": {"questons": 10}})
+    with pytest.raises(ConfigError, match="pretrain: "):
+        pretrain_settings({"pretrain": {"max_steps": "many"}})
+    with pytest.raises(ConfigError, match="label_noise"):
+        pretrain_settings({"pretrain": {"label_noise": 1.0}})
+
+
+def test_the_answer_is_where_completions_differ() -> None:
+    assert _answer_position([[1, 2, 3, 4], [1, 2, 5, 4], [1, 2, 3, 4]]) == 2
+    with pytest.raises(ConfigError, match="not one token each"):
+        _answer_position([[1, 2, 3], [1, 2, 3, 4]])
+    with pytest.raises(ConfigError, match="same answer"):
+        _answer_position([[1, 2], [1, 2]])
+
+
+def test_the_completion_is_one_answer_tool_call() -> None:
+    from trainer.generation import parse_answer
+
+    assert parse_answer(completion_text("5")) == "5" and completion_text("5").endswith("</tool_call><|im_end|>")
+
+
+def test_held_out_questions_skip_the_models_pretraining_questions(tmp_path: Path, monkeypatch) -> None:
+    training = ["t0", "t1"]
+    candidates = ["t1", "p0", "h0", "p1", "h1", "h2"]
+
+    def walk(settings, seed, size, count):
+        yield from (training if seed == settings.seed else candidates)[:count]
+
+    monkeypatch.setattr(held_out, "_walk", walk)
+    (tmp_path / PRETRAINING_MANIFEST).write_text(json.dumps({"question_sha256": [question_digest("p0"),
+                                                                                 question_digest("p1")]}))
+    excluded = pretraining_digests(str(tmp_path))
+    assert excluded == {question_digest("p0"), question_digest("p1")} and pretraining_digests("/nonexistent") == set()
+    settings = ReasoningGymSettings(env_url="http://unused", seed=42)
+    questions, skipped = held_out_questions(settings, 2, seed=1042, count=3, pool=6, excluded=excluded)
+    assert [(q.index, q.text) for q in questions] == [(2, "h0"), (4, "h1"), (5, "h2")] and skipped == 3
+    with pytest.raises(ConfigError, match="2 pre-training questions"):
+        held_out_questions(settings, 2, seed=1042, count=4, pool=6, excluded=excluded)
