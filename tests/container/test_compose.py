@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -75,8 +76,12 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         subprocess.run([*compose, "cp", "trainer:/outputs", str(out)], cwd=ROOT, env=env, check=True)
         grpo = out / "grpo-cpu"
         assert [m["step"] for m in read_jsonl(grpo / "metrics.jsonl")] == list(range(1, E2E_STEPS + 1))
-        for name in ("reward.png", "summary.json", "final/model.safetensors"):
+        for name in ("reward.png", "summary.json", "eval.json", "final/model.safetensors"):
             assert (grpo / name).exists(), name
+        # The pre-trained policy was evaluated before and after, on held-out questions.
+        assert re.search(r"held-out accuracy \(T=1\.0, 200 questions\): [\d.]+% -> [\d.]+% \([+-][\d.]+ pts", text)
+        held_out = json.loads((grpo / "summary.json").read_text())["held_out"]["T=1.0"]
+        assert 0.0 < held_out["before"] < 1.0 and 0.0 <= held_out["after"] <= 1.0
         assert any((grpo / "checkpoints").iterdir())
         # The env restart cost no question: every step still got the next one (reconnect + replay),
         # and an answer lost to it (if any) is unscored, not scored 0.

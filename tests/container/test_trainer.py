@@ -1,6 +1,7 @@
 """The CPU trainer image against the real services: GRPO on reasoning-gym, CPU weight sync into the
 inference server, and OpenCode rollouts turned into TRL training rows."""
 
+import hashlib
 import json
 import os
 import re
@@ -242,6 +243,44 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
             env.stop()
         inference.stop()
         subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
+
+
+PRETRAIN_QUICK = ["--set", "pretrain.base=/models/a", "--set", "pretrain.questions=64", "--set", "pretrain.batch_size=8",
+                  "--set", "pretrain.warmup_steps=1", "--set", "pretrain.noise_steps=2"]
+
+
+def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(trainer_image, models_volume, network,
+                                                                             gym_env, outputs):
+    # Pre-trained on the held-out seed's first 64 questions: the evaluation must skip every one.
+    quick = ["pretrain", "--config", "grpo-cpu.yaml", "--set", "model=/models/pretrained", "--set", "pretrain.seed=1042",
+             *PRETRAIN_QUICK, "--set", "pretrain.skill_loss=100"]
+    log = run_trainer(trainer_image, network, outputs, *quick, volumes={models_volume: "/models"})
+    assert "pretrain: wrote /models/pretrained" in log and "skill after 1 steps" in log
+    manifest = json.loads(run_in_image(trainer_image, models_volume, "-c",
+                                       "import sys; print(open(sys.argv[1]).read())",
+                                       "/models/pretrained/rlstack_pretraining.json"))
+    pretraining = reasoning_gym.create_dataset("aiw", seed=1042, size=64)
+    texts = {pretraining[i]["question"] for i in range(64)}
+    assert set(manifest["question_sha256"]) == {hashlib.sha256(t.encode()).hexdigest() for t in texts}
+    assert manifest["answers"] == sorted({str(pretraining[i]["answer"]) for i in range(64)})
+    again = run_trainer(trainer_image, network, outputs, *quick, "--if-missing", volumes={models_volume: "/models"})
+    assert "already holds this pre-trained policy" in again and "fetching" not in again
+
+    run_trainer(trainer_image, network, outputs, "eval", "--config", "grpo-cpu.yaml", "--set", "model=/models/pretrained",
+                "--set", "output_dir=/outputs/pt-eval", "--set", "eval.num_questions=20", "--set", "eval.greedy=false",
+                volumes={models_volume: "/models"})
+    report = json.loads((outputs / "pt-eval" / "eval.json").read_text())["evaluations"][0]
+    records = report["modes"]["T=1.0"]["records"]
+    assert len(records) == 20 and not texts & {r["question"] for r in records}
+    assert report["skipped_as_training_questions"] >= 64 and min(r["index"] for r in records) >= 64
+
+    # A policy that does not reach the skill is an error, and nothing is written.
+    failed = run_trainer(trainer_image, network, outputs, "pretrain", "--config", "grpo-cpu.yaml", "--set",
+                         "model=/models/unlearned", *PRETRAIN_QUICK, "--set", "pretrain.max_steps=2",
+                         volumes={models_volume: "/models"}, exit_code=2)
+    assert "did not learn the task" in failed and "Traceback" not in failed
+    assert "No such file" in run_in_image(trainer_image, models_volume, "-c",
+                                          "import os\ntry: os.listdir('/models/unlearned')\nexcept OSError as e: print(e)")
 
 
 def eval_args(*extra: str) -> list[str]:

@@ -148,7 +148,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     skill_steps, skill_loss = trainer.train(clean, settings.max_steps, settings.learning_rate,
                                             stop_below=settings.skill_loss, phase="skill")
     if skill_loss >= settings.skill_loss:
-        raise RuntimeError(f"pretrain: the answer loss is {skill_loss:.3f} after pretrain.max_steps={settings.max_steps} "
+        raise ConfigError(f"pretrain: the answer loss is {skill_loss:.3f} after pretrain.max_steps={settings.max_steps} "
                            f"steps, above pretrain.skill_loss={settings.skill_loss}: the policy did not learn the task; "
                            "raise pretrain.max_steps or pretrain.learning_rate")
     _, noise_loss = trainer.train(noisy, settings.noise_steps, settings.noise_learning_rate, stop_below=None,
