@@ -13,12 +13,15 @@ GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml
 # CPU job's policy, started with them) has finished.
 SERVICES = reasoning-gym-env inference opencode-env dashboard
 
-.PHONY: help up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container bench lock gpu-smoke gpu-preflight
+.PHONY: help preflight up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container bench lock gpu-smoke gpu-preflight
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-up: wheelhouse ## build what is missing, start the stack, run the default training job (the stack stays up)
+preflight: ## check (as root: provision) what make up needs: Docker engine, Compose v2, Python venv
+	@PURPOSE=$(or $(PURPOSE),up) scripts/preflight.sh
+
+up: preflight wheelhouse ## build what is missing, start the stack, run the default training job (the stack stays up)
 	$(BASE) docker compose up --build --detach --wait $(SERVICES) policy-init
 	@$(MAKE) --no-print-directory urls
 	@echo "policy-init: pre-training the CPU job's policy (once; docker compose logs -f policy-init)"
@@ -30,7 +33,7 @@ up: wheelhouse ## build what is missing, start the stack, run the default traini
 	@echo "outputs: docker compose cp trainer:/outputs ./outputs   (or the rlstack_outputs volume)"
 	@echo "dashboard: http://127.0.0.1:$${DASHBOARD_PORT:-7860}/"
 
-up-gpu: ## the same on an NVIDIA GPU host: pre-flight, then vLLM + Qwen3-1.7B (two GPUs: NCCL sync; one: colocated)
+up-gpu: preflight ## the same on an NVIDIA GPU host: pre-flight, then vLLM + Qwen3-1.7B (two GPUs: NCCL sync; one: colocated)
 	$(BASE) scripts/up-gpu.sh
 
 gpu-preflight: ## check this host for the GPU stack (driver, GPUs, compute capability, memory) and say which topology
@@ -69,16 +72,18 @@ base-images: ## build the offline base image with debootstrap (hosts without a r
 venv: ## create the Python environment the tests and benchmarks run in
 	VENV=$(VENV) scripts/make-test-venv.sh
 
-test: venv build ## the whole test suite: in-process and container tests
+test: PURPOSE = test
+test: preflight venv build ## the whole test suite: in-process and container tests
 	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest $(PYTEST_ARGS)
 
 test-unit: venv ## only the fast in-process tests
 	$(PYTHON) -m pytest -m unit $(PYTEST_ARGS)
 
-test-container: venv build ## only the container tests
+test-container: PURPOSE = test
+test-container: preflight venv build ## only the container tests
 	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m container $(PYTEST_ARGS)
 
-bench: venv build ## benchmarks (figures in README.md)
+bench: venv build ## benchmarks (figures in docs/benchmarks.md)
 	$(PYTHON) bench/env_server_load.py $(BENCH_ARGS)
 	$(PYTHON) bench/inference_cpu.py
 	$(PYTHON) bench/proxy_overhead.py

@@ -1,7 +1,7 @@
 # OpenCode environment: the real OpenCode CLI (npm opencode-ai, pinned) run per rollout in a local
 # sandbox, behind the token-exact proxy. Build context: the repository root.
 # Runs as root: it creates one unprivileged uid per rollout slot and sets iptables owner rules, so
-# Compose gives it NET_ADMIN (see README, "Threat model").
+# Compose gives it NET_ADMIN (see services/opencode_env/README.md, "Threat model").
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS opencode

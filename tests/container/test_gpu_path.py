@@ -9,7 +9,6 @@ import os
 import subprocess
 import uuid
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -185,7 +184,10 @@ def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> 
     ("grpo", "grpo-gpu.yaml", "weight_sync.mode=checkpoint", "TRL always syncs the weights to vLLM over NCCL"),
     ("grpo", "grpo-cpu.yaml", "weight_sync.mode=nccl", "weight_sync.mode: nccl is TRL's vLLM server mode"),
     ("async-grpo", "async-grpo-gpu.yaml", "weight_sync.mode=checkpoint", "weight_sync does not apply to async-grpo"),
-    ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_pp=0.9", "async_grpo: "),
+    # TRL's config fields are checked by name (with a suggestion) and type before TRL sees them.
+    ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_pp=0.9", "unknown key `async_grpo.top_pp`: did you mean `top_p`?"),
+    ("grpo", "grpo-gpu.yaml", "grpo.lerning_rate=0.1", "unknown key `grpo.lerning_rate`: did you mean `learning_rate`?"),
+    ("grpo", "grpo-cpu.yaml", "grpo.max_steps=many", "`grpo.max_steps`: expected int, got str 'many'"),
     # OpenEnv's harness trains the full-vocabulary policy: a filter would make vLLM's logprobs differ.
     ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_p=0.9", "training sampling requires top_p=1.0"),
     ("async-grpo", "async-grpo-cpu.yaml", "async_grpo.repetition_penalty=1.1", "requires repetition_penalty=1.0"),

@@ -3,7 +3,7 @@
 Each attack runs as a sandbox uid, the way a policy under training would: as a rollout's setup
 command (which runs as the rollout's uid in its sandbox, as the agent's tool calls do), with the
 attack script placed as a task file. Each test asserts that the attack fails and that the service
-keeps serving. See README "Threat model".
+keeps serving. See services/opencode_env/README.md "Threat model".
 """
 
 import concurrent.futures

@@ -44,8 +44,8 @@ def test_summary_and_paired_difference() -> None:
 def test_eval_settings_and_seeds_are_checked() -> None:
     config = {"seed": 42, "grpo": {"temperature": 0.7, "max_completion_length": 48}}
     ev = eval_settings(config)
-    assert (ev["seed"], ev["temperature"], ev["max_new_tokens"], ev["generate"]) == (1042, 0.7, 48, "local")
-    with pytest.raises(ConfigError, match="eval.generate"):
+    assert (ev.seed, ev.temperature, ev.max_new_tokens, ev.generate) == (1042, 0.7, 48, "local")
+    with pytest.raises(ConfigError, match="`eval.generate` must be one of local, inference"):
         eval_settings({**config, "eval": {"generate": "remote"}})
     with pytest.raises(ConfigError, match="eval.pool"):
         eval_settings({**config, "eval": {"num_questions": 10, "pool": 5}})

@@ -14,11 +14,11 @@ from trainer.reasoning_gym_tools import ReasoningGymSettings
 
 
 def test_settings_are_typed_and_unknown_keys_refused() -> None:
-    settings = pretrain_settings({"pretrain": {"questions": "500", "learning_rate": "0.02"}})
-    assert (settings.questions, settings.learning_rate, settings.base) == (500, 0.02, "/models/default")
-    with pytest.raises(ConfigError, match=r"unknown pretrain keys \['questons'\]"):
+    settings = pretrain_settings({"pretrain": {"questions": 500, "learning_rate": 2}})
+    assert (settings.questions, settings.learning_rate, settings.base) == (500, 2, "/models/default")
+    with pytest.raises(ConfigError, match="unknown key `pretrain.questons`: did you mean `questions`?"):
         pretrain_settings({"pretrain": {"questons": 10}})
-    with pytest.raises(ConfigError, match="pretrain: "):
+    with pytest.raises(ConfigError, match="`pretrain.max_steps`: expected int, got str 'many'"):
         pretrain_settings({"pretrain": {"max_steps": "many"}})
     with pytest.raises(ConfigError, match="label_noise"):
         pretrain_settings({"pretrain": {"label_noise": 1.0}})

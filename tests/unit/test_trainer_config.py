@@ -6,7 +6,14 @@ import pytest
 
 from opencode_env_client.models import Limits
 from trainer.coding_tasks import load_tasks
+import dataclasses
+import typing
+
+import yaml
+
+from trainer.__main__ import main
 from trainer.config import ConfigError, bundled_config, load_config
+from trainer.settings import SECTIONS, TrainerConfig, typed
 from trainer.reporting import format_step, summarize
 
 
@@ -24,16 +31,61 @@ def test_overrides_apply_in_order_with_yaml_types(tmp_path):
     assert config["reasoning_gym"] == {"dataset_config": {"min_terms": 2}}
 
 
-@pytest.mark.parametrize("text, overrides, message", [
-    ("job: grpo\nmodle: x\n", [], "unknown keys ['modle']"),
-    ("job: grpo\n", ["grpo.max_steps"], "KEY=VALUE"),
-    ("job: grpo\n", ["learning_rate=1"], "unknown setting 'learning_rate'"),
-    ("- a\n- b\n", [], "must be a mapping"),
-    ("job: [grpo\n", [], "invalid YAML"),
+@pytest.mark.parametrize("text, overrides, environ, message", [
+    # Unknown keys at depth 1, 2 and 3, with a suggestion, from the file, --set and TRAINER_* alike.
+    ("job: grpo\nmodle: x\n", [], {}, "job.yaml: unknown key `modle`: did you mean `model`?"),
+    ("reasoning_gym:\n  datset: aiw\n", [], {}, "job.yaml: unknown key `reasoning_gym.datset`: did you mean `dataset`?"),
+    ("job: grpo\n", ["reasoning_gym.datset=aiw"], {}, "--set reasoning_gym.datset=aiw: unknown key "
+                                                      "`reasoning_gym.datset`: did you mean `dataset`?"),
+    ("job: grpo\n", [], {"TRAINER_EVAL__NUM_QUESTION": "5"}, "TRAINER_EVAL__NUM_QUESTION: unknown key "
+                                                             "`eval.num_question`: did you mean `num_questions`?"),
+    ("opencode:\n  limits: {max_turn: 2}\n", [], {}, "unknown key `opencode.limits.max_turn`: did you mean `max_turns`?"),
+    ("job: grpo\n", ["learning_rate=1"], {}, "unknown key `learning_rate`: known keys: "),
+    # Wrong types name the key's path.
+    ("eval:\n  num_questions: many\n", [], {}, "`eval.num_questions`: expected int, got str 'many'"),
+    ("job: grpo\n", ["eval.greedy=3"], {}, "--set eval.greedy=3: `eval.greedy`: expected bool, got int 3"),
+    ("job: grpo\n", [], {"TRAINER_OPENCODE__TASK_IDS": "[1, x]"}, "`opencode.task_ids[0]`: expected str, got int 1"),
+    ("job: grpo\n", ["eval.generate=remote"], {}, "`eval.generate` must be one of local, inference, got 'remote'"),
+    ("opencode:\n  limits: {max_turns: 0}\n", [], {}, "`opencode.limits.max_turns`: Input should be greater than"),
+    ("eval: 3\n", [], {}, "`eval` must be a mapping, got int"),
+    ("job: grpo\n", ["grpo.max_steps"], {}, "KEY=VALUE"),
+    ("- a\n- b\n", [], {}, "the top level must be a mapping"),
+    ("job: [grpo\n", [], {}, "invalid YAML"),
 ])
-def test_bad_configs_are_rejected_with_the_key(tmp_path, text, overrides, message):
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        load_config(write(tmp_path, text), overrides, environ={})
+def test_bad_configs_are_rejected_with_the_key(tmp_path, text, overrides, environ, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), overrides, environ=environ)
+    assert message in str(caught.value)
+
+
+def test_env_overrides_are_typed_and_stack_variables_are_not_settings(tmp_path):
+    env = {"TRAINER_EVAL__NUM_QUESTIONS": "20", "TRAINER_OPENCODE__LIMITS__MAX_TURNS": "3",
+           "TRAINER_GPU": "1", "TRAINER_IP": "172.28.0.10"}  # the GPU stack's Compose variables
+    config = load_config(write(tmp_path, "job: grpo\n"), environ=env)
+    assert config == {"job": "grpo", "eval": {"num_questions": 20}, "opencode": {"limits": {"max_turns": 3}}}
+    assert typed(config, "eval").num_questions == 20 and typed(config, "eval").pool == 2000
+    assert typed(config, "opencode").limits == Limits(max_turns=3)
+
+
+def test_config_command_prints_the_effective_config_and_every_key(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "--config", "grpo-cpu.yaml", "--set", "eval.num_questions=7"]) == 0
+    out = capsys.readouterr().out
+    effective, reference = out.split("# every key")
+    shown = yaml.safe_load(effective)
+    assert shown["eval"]["num_questions"] == 7 and shown["eval"]["concurrency"] == 2  # override and default
+    assert shown["reasoning_gym"]["dataset"] == "aiw" and shown["pretrain"]["questions"] == 8000
+    for line in ("reasoning_gym.seed  (int or null, default None)", "opencode.limits.max_turns  (default 16)",
+                 "eval.generate  (local|inference, default local)", "grpo:  fields of TRL's GRPOConfig"):
+        assert line in reference
+    # Every key of the schema is in the reference, so it cannot drift from the code that reads it.
+    for name, field in SECTIONS.items():
+        assert f"\n{name}  " in reference or f"\n{name}:  " in reference, name
+        section_type = typing.get_type_hints(TrainerConfig)[name]
+        for sub in dataclasses.fields(section_type) if dataclasses.is_dataclass(section_type) else ():
+            assert f"\n  {name}.{sub.name}  (" in reference, f"{name}.{sub.name}"
+    assert main(["config", "--config", "grpo-cpu.yaml", "--set", "eval.pool=x"]) == 2
+    assert "configuration error: --set eval.pool=x: `eval.pool`: expected int" in capsys.readouterr().err
 
 
 def test_missing_config_file_names_it(tmp_path):

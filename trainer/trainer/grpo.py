@@ -1,5 +1,6 @@
 """``python -m trainer grpo``: TRL GRPOTrainer with ``environment_factory`` on the reasoning-gym env service."""
 
+import dataclasses
 import functools
 import json
 import logging
@@ -8,11 +9,12 @@ from typing import Any, Optional
 
 from .config import ConfigError, section
 from .evaluate import (answer_tool, before_and_after, eval_settings, generator_for, held_out_evaluation,
-                       held_out_set, reasoning_gym_settings, write_report)
+                       held_out_set, log_held_out, reasoning_gym_settings, write_report)
 from .generation import LocalGenerator
 from .gpu_preflight import check_training_device
 from .job import as_on_cuda_host, finish, prepare_output, trl_fields
-from .reasoning_gym_tools import PROMPT, ReasoningGymToolEnv
+from .reasoning_gym_tools import ReasoningGymToolEnv
+from .settings import required_model, top, typed
 from .step_log import StepReporter
 
 log = logging.getLogger("trainer.grpo")
@@ -45,9 +47,9 @@ class ServerScoreReward:
 def grpo_arguments(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     """GRPOConfig fields: the job's common ones, the seed, and the vLLM server when generating there."""
     fields = trl_fields(config, "grpo", output_dir, "grpo")
-    fields.setdefault("seed", config.get("seed", 42))
+    fields.setdefault("seed", top(config, "seed"))
     if fields.get("use_vllm") and fields.get("vllm_mode") == "server":
-        fields.setdefault("vllm_server_base_url", section(config, "inference").get("url"))
+        fields.setdefault("vllm_server_base_url", typed(config, "inference").url)
     return fields
 
 
@@ -68,9 +70,7 @@ def weight_sync_mode(config: dict[str, Any]) -> str:
     transport); ``checkpoint`` publishes them to the inference service for a job that generates in
     the trainer; ``none`` leaves the inference service alone (generation in the trainer, or vLLM
     colocated in it)."""
-    mode = section(config, "weight_sync").get("mode", "none")
-    if mode not in ("none", "checkpoint", "nccl"):
-        raise ConfigError(f"weight_sync.mode must be none, checkpoint or nccl, got {mode!r}")
+    mode = typed(config, "weight_sync").mode or "none"
     grpo = section(config, "grpo")
     server = bool(grpo.get("use_vllm")) and grpo.get("vllm_mode", "colocate") == "server"
     if server and mode != "nccl":
@@ -87,9 +87,9 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
     """``--dry-run``: what TRL would be given, from the validated ``GRPOConfig``, without a model, a
     GPU or the services."""
     settings = reasoning_gym_settings(config)
-    args = as_on_cuda_host(grpo_config, config, Path(config.get("output_dir", "outputs/grpo")))
+    args = as_on_cuda_host(grpo_config, config, Path(top(config, "output_dir") or "outputs/grpo"))
     dtype = (args.model_init_kwargs or {}).get("dtype", "float32")
-    return {"job": "grpo", "weight_sync": weight_sync_mode(config), "eval": eval_settings(config),
+    return {"job": "grpo", "weight_sync": weight_sync_mode(config), "eval": dataclasses.asdict(eval_settings(config)),
             "env": {"url": settings.env_url, "dataset": settings.dataset, "seed": settings.seed},
             "trainer": {"dtype": str(dtype), "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing,
                         "per_device_train_batch_size": args.per_device_train_batch_size,
@@ -117,18 +117,18 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoTokenizer, PrinterCallback
     from trl import GRPOTrainer
 
-    rg = section(config, "reasoning_gym")
+    rg = typed(config, "reasoning_gym")
     settings = reasoning_gym_settings(config)
     eval_settings(config)  # a bad eval section fails before training starts
     mode = weight_sync_mode(config)
-    prompt = rg.get("prompt", PROMPT)
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * int(rg.get("num_prompts", 256)))
+    prompt = rg.prompt
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * rg.num_prompts)
     args = grpo_config(config, output_dir)
     if args.use_vllm:
         problems = check_training_device(async_grpo=False)
         if problems:
             raise ConfigError("grpo.use_vllm needs a usable GPU: " + "; ".join(problems))
-    model = config["model"]
+    model = required_model(config)
     tokenizer = AutoTokenizer.from_pretrained(model)
 
     reward = ServerScoreReward(output_dir / "rollouts.jsonl")
@@ -159,6 +159,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         after = evaluate("after")
         write_report(output_dir / "eval.json", [before, after])
         held_out = before_and_after(config, before, after)
+        if "trackio" in args.report_to:
+            log_held_out(top(config, "trackio_project"), args.run_name, [(0, before), (trainer.state.global_step, after)])
     return finish(trainer, reporter.records, output_dir, f"GRPO on reasoning-gym {settings.dataset}",
                   {"rollouts": output_dir / "rollouts.jsonl", "held-out evaluation": output_dir / "eval.json"
                    if evaluate else None}, held_out)
@@ -169,14 +171,14 @@ def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, promp
     ``eval.before_after`` is off): in this process, or with ``eval.generate: inference`` on the
     inference service, whose weights follow the trained model (vLLM server mode)."""
     ev = eval_settings(config)
-    if not ev["before_after"]:
+    if not ev.before_after:
         return None
-    if ev["generate"] == "inference":
+    if ev.generate == "inference":
         generate = generator_for(config, None, "inference")
     else:
         template = dict(section(config, "grpo").get("chat_template_kwargs") or {})
         generate = LocalGenerator(model, tokenizer, prompt, [answer_tool(reasoning_gym_settings(config))],
-                                  ev["max_new_tokens"], template)
+                                  ev.max_new_tokens, template)
     questions = held_out_set(config)  # once: before and after answer the same questions
     return lambda label: held_out_evaluation(config, generate, label, questions)
 
@@ -185,12 +187,11 @@ def weight_sync_callback(config: dict[str, Any], tokenizer: Any) -> Any:
     """The checkpoint-reload callback (``weight_sync.mode: checkpoint``)."""
     from .weight_sync import PROBE_TEXT, CheckpointWeightSync
 
-    ws = section(config, "weight_sync")
-    inference = section(config, "inference")
-    weights_dir = Path(ws.get("weights_dir", "/weights"))
-    probe = tokenizer(PROBE_TEXT)["input_ids"] if ws.get("verify", True) else None
-    return CheckpointWeightSync(inference["url"], weights_dir, str(ws.get("server_weights_dir", weights_dir)), probe,
-                                served_model=inference.get("model"))
+    ws, inference = typed(config, "weight_sync"), typed(config, "inference")
+    weights_dir = Path(ws.weights_dir)
+    probe = tokenizer(PROBE_TEXT)["input_ids"] if ws.verify else None
+    return CheckpointWeightSync(inference.url, weights_dir, ws.server_weights_dir or str(weights_dir), probe,
+                                served_model=inference.model)
 
 
 def server_weights_probe(config: dict[str, Any], tokenizer: Any) -> Optional[Any]:
@@ -198,9 +199,8 @@ def server_weights_probe(config: dict[str, Any], tokenizer: Any) -> Optional[Any
     (``weight_sync.verify``, default on; ``weight_sync.tolerance``)."""
     from .weight_sync import PROBE_TEXT, ServerWeightsProbe
 
-    ws = section(config, "weight_sync")
-    if not ws.get("verify", True):
+    ws, inference = typed(config, "weight_sync"), typed(config, "inference")
+    if not ws.verify:
         return None
-    inference = section(config, "inference")
-    return ServerWeightsProbe(inference["url"], inference.get("model") or config["model"],
-                              tokenizer(PROBE_TEXT)["input_ids"], float(ws.get("tolerance", 0.02)))
+    return ServerWeightsProbe(inference.url, inference.model or required_model(config),
+                              tokenizer(PROBE_TEXT)["input_ids"], ws.tolerance)

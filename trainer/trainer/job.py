@@ -7,29 +7,36 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .config import section
+from .settings import top
 from .reporting import plot_rewards, summarize
 
 
 def prepare_output(config: dict[str, Any], default_dir: str) -> Path:
     """Create the job's output folder; trackio's store goes beside it unless TRACKIO_DIR is set."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    output_dir = Path(config.get("output_dir", default_dir))
+    output_dir = Path(top(config, "output_dir") or default_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("TRACKIO_DIR", str(output_dir.parent / "trackio"))
+    use_trackio_store(output_dir)
     return output_dir
+
+
+def use_trackio_store(output_dir: Path) -> None:
+    """trackio's store: ``TRACKIO_DIR`` if set, else ``trackio/`` beside the job's output folder (the
+    dashboard's, in the stack)."""
+    os.environ.setdefault("TRACKIO_DIR", str(output_dir.parent / "trackio"))
 
 
 def trl_fields(config: dict[str, Any], name: str, output_dir: Path, run_name: str) -> dict[str, Any]:
     """The ``name`` section (TRL config fields) plus what the job decides: checkpoints, logging, trackio."""
     fields = section(config, name)
     fields.setdefault("logging_steps", 1)
-    fields.setdefault("run_name", config.get("run_name", run_name))
+    fields.setdefault("run_name", top(config, "run_name") or run_name)
     fields["output_dir"] = str(output_dir / "checkpoints")
     fields.setdefault("disable_tqdm", True)  # StepReporter draws the bar and prints one line per step
     report_to = fields.get("report_to", ["trackio"])
     fields["report_to"] = [report_to] if isinstance(report_to, str) else list(report_to)
     if "trackio" in fields["report_to"]:
-        fields.setdefault("project", config.get("trackio_project", "rlstack"))
+        fields.setdefault("project", top(config, "trackio_project"))
     return fields
 
 

@@ -22,53 +22,22 @@ import json
 import logging
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import ConfigError, section
 from .generation import messages_for
 from .held_out import PRETRAINING_MANIFEST as MANIFEST, labelled_questions, question_digest
-from .reasoning_gym_tools import PROMPT, ReasoningGymSettings
+from .reasoning_gym_tools import ReasoningGymSettings
+from .settings import ConfigError, PretrainSettings, required_model, typed
 
 log = logging.getLogger("trainer.pretrain")
 VERSION = "1"
 
 
-@dataclass(frozen=True)
-class PretrainSettings:
-    """The ``pretrain`` section of a GRPO config."""
-
-    base: str = "/models/default"
-    seed: int = 1_000_000
-    questions: int = 8000
-    vocab_size: int = 1024
-    hidden_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    init_seed: int = 0
-    batch_size: int = 32
-    learning_rate: float = 1e-2
-    warmup_steps: int = 30
-    skill_loss: float = 0.3
-    max_steps: int = 800
-    label_noise: float = 0.6
-    noise_steps: int = 100
-    noise_learning_rate: float = 3e-3
-    threads: int = 2
-
-
 def pretrain_settings(config: dict[str, Any]) -> PretrainSettings:
     """The validated ``pretrain`` section (``ConfigError`` on an unknown key or a bad value)."""
-    raw = section(config, "pretrain")
-    fields = PretrainSettings.__dataclass_fields__
-    unknown = sorted(set(raw) - set(fields))
-    if unknown:
-        raise ConfigError(f"unknown pretrain keys {unknown}; known: {', '.join(fields)}")
-    try:
-        settings = PretrainSettings(**{k: type(getattr(PretrainSettings, k))(v) for k, v in raw.items()})
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"pretrain: {exc}") from None
+    settings = typed(config, "pretrain")
     if not 0.0 <= settings.label_noise < 1.0 or settings.questions < settings.batch_size:
         raise ConfigError("pretrain.label_noise must be in [0, 1) and pretrain.questions >= pretrain.batch_size")
     return settings
@@ -83,14 +52,14 @@ def completion_text(answer: str) -> str:
 def _recipe(config: dict[str, Any], settings: PretrainSettings, rg: ReasoningGymSettings) -> dict[str, Any]:
     """Everything the output depends on (``--if-missing`` compares it)."""
     return {"version": VERSION, "settings": asdict(settings), "dataset": rg.dataset,
-            "dataset_config": rg.dataset_config, "prompt": section(config, "reasoning_gym").get("prompt", PROMPT)}
+            "dataset_config": rg.dataset_config, "prompt": typed(config, "reasoning_gym").prompt}
 
 
 def already_done(config: dict[str, Any]) -> bool:
     """Whether the config's model folder holds what ``run`` would write."""
     from .evaluate import reasoning_gym_settings
 
-    path = Path(config["model"]) / MANIFEST
+    path = Path(required_model(config)) / MANIFEST
     try:
         recorded = json.loads(path.read_text())["recipe"]
     except (OSError, ValueError, KeyError):
@@ -106,8 +75,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     from .evaluate import answer_tool, reasoning_gym_settings
 
     settings, rg = pretrain_settings(config), reasoning_gym_settings(config)
-    prompt = section(config, "reasoning_gym").get("prompt", PROMPT)
-    out = Path(config["model"])
+    prompt = typed(config, "reasoning_gym").prompt
+    out = Path(required_model(config))
     began = time.monotonic()
     torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.init_seed)

@@ -10,7 +10,7 @@ nothing in it, and no other uid can enter it):
 The root service never opens, creates, chowns or walks a path inside the uid's directories by
 name: files are placed and read by a helper process running as the uid (the kernel's permission
 checks apply), sizes are summed by directory fds without following symlinks, and removal is fd-based.
-See README "Threat model" for the whole isolation model.
+See services/opencode_env/README.md "Threat model" for the whole isolation model.
 """
 
 import asyncio
