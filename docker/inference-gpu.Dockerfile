@@ -2,20 +2,30 @@
 # The CUDA runtime comes with the torch/nvidia wheels; the host needs the NVIDIA driver and the
 # NVIDIA container toolkit.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
+# uv (pinned) installs the locked wheels: parallel downloads, unpacking and byte-compilation (pip
+# took most of a cold build). It lives in its own stage, bind-mounted where it is used, so no image
+# ships it; its download cache is a BuildKit cache mount, so rebuilds after a lock change reuse wheels.
+# Our own packages install with --no-cache: uv keys a directory's cached build on its pyproject.toml.
+FROM ${BASE_IMAGE} AS uv
+RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir -q uv==0.13.9
+
 FROM ${BASE_IMAGE}
 RUN apt-get update \
  && apt-get install -y --no-install-recommends g++ libc6-dev libnuma1 \
  && { python3 -c "import os,sys,sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
       || apt-get install -y --no-install-recommends python3-dev; } \
  && rm -rf /var/lib/apt/lists/*
-ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy
 RUN python3 -m venv "$VIRTUAL_ENV"
 COPY docker/requirements/inference-gpu.lock /tmp/inference-gpu.lock
 # `vllm --version` needs a GPU to infer the device; importing the package does not.
-RUN pip install --no-deps -r /tmp/inference-gpu.lock && python3 -c "import vllm; print(vllm.__version__)"
-RUN pip install --no-deps trl==1.16.0
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,target=/root/.cache/uv \
+    /opt/uv/bin/uv pip install --no-deps -r /tmp/inference-gpu.lock && python3 -c "import vllm; print(vllm.__version__)"
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,target=/root/.cache/uv \
+    /opt/uv/bin/uv pip install --no-deps trl==1.16.0
 COPY services/inference/server /src/inference-server
-RUN pip install --no-deps /src/inference-server && python3 -c "import rlstack_inference, vllm"
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    /opt/uv/bin/uv pip install --no-cache --no-deps /src/inference-server && python3 -c "import rlstack_inference, vllm"
 
 ENV PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_SERVER_DEV_MODE=1 \
     VLLM_CACHE_ROOT=/cache/vllm TORCHINDUCTOR_CACHE_DIR=/cache/inductor HF_HOME=/cache/huggingface \

@@ -4,6 +4,13 @@
 # Compose gives it NET_ADMIN (see services/opencode_env/README.md, "Threat model").
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
+# uv (pinned) installs the locked wheels: parallel downloads, unpacking and byte-compilation (pip
+# took most of a cold build). It lives in its own stage, bind-mounted where it is used, so no image
+# ships it; its download cache is a BuildKit cache mount, so rebuilds after a lock change reuse wheels.
+# Our own packages install with --no-cache: uv keys a directory's cached build on its pyproject.toml.
+FROM ${BASE_IMAGE} AS uv
+RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir -q uv==0.13.9
+
 FROM ${BASE_IMAGE} AS opencode
 ARG OPENCODE_VERSION=1.18.33
 RUN apt-get update && apt-get install -y --no-install-recommends nodejs npm ca-certificates \
@@ -19,14 +26,16 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends iptables git ripgrep procps tini ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=opencode /opencode /usr/local/bin/opencode
-ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy
 RUN python3 -m venv "$VIRTUAL_ENV"
 COPY docker/requirements/opencode-env.lock /tmp/opencode-env.lock
-RUN pip install --no-deps -r /tmp/opencode-env.lock
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,target=/root/.cache/uv \
+    /opt/uv/bin/uv pip install --no-deps -r /tmp/opencode-env.lock
 # The client package holds the wire contract (opencode_env_client.models); the server imports only that.
 COPY services/opencode_env/client /src/opencode-env-client
 COPY services/opencode_env/server /src/opencode-env-server
-RUN pip install --no-deps /src/opencode-env-client /src/opencode-env-server && python3 -c "import opencode_env_server.app" \
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    /opt/uv/bin/uv pip install --no-cache --no-deps /src/opencode-env-client /src/opencode-env-server && python3 -c "import opencode_env_server.app" \
  && opencode --version
 ENV PYTHONUNBUFFERED=1 PORT=8000 SANDBOX_ROOT=/sandboxes TRACES_DIR=/data/traces
 # Sandboxes may write only inside their own directory: no shared dir is writable by other uids

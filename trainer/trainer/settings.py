@@ -166,6 +166,9 @@ def _suggest(key: str, known: list[str]) -> str:
 
 def _unknown(path: str, key: str, known: list[str]) -> ConfigError:
     where = f"{path}.{key}" if path else key
+    if len(known) > 30:  # a TRL config class: its documentation lists them
+        return ConfigError(f"unknown key `{where}`: {_suggest(key, known)}(`{path}` takes the {len(known)} fields of TRL's "
+                           "config class)")
     return ConfigError(f"unknown key `{where}`: {_suggest(key, known)}known keys{f' of `{path}`' if path else ''}: "
                        f"{', '.join(sorted(known))}")
 
