@@ -214,3 +214,32 @@ def test_rollouts_a_dead_client_never_closed_are_reaped_after_the_ttl(tmp_path) 
         "running": SimpleNamespace(id="running", status=RUNNING, finished_at=None),
     }
     assert [r.id for r in manager.abandoned(now)] == ["old"]
+
+
+@pytest.mark.parametrize("server_versions, expected", [
+    (["step-1", "step-1"], "step-1"),  # no reload during the call: the version that sampled it
+    (["step-1", "step-2"], None),      # a reload fell between: unknown, never the stale name
+])
+def test_a_turn_carries_a_weight_version_only_when_no_reload_fell_within_the_call(server_versions, expected) -> None:
+    import asyncio
+    import time
+
+    async def scenario() -> tuple:
+        proxy = Proxy(http=None, weight_version_ttl_s=60.0)  # type: ignore[arg-type]
+        answers = iter(server_versions)
+        reads = []
+
+        async def fetch(base_url: str):
+            reads.append(base_url)
+            return next(answers)
+
+        proxy._fetch_version = fetch  # type: ignore[method-assign]
+        before = proxy.weight_version("http://up")
+        await asyncio.sleep(0.01)  # the call runs; it ends after the first read began
+        version = await proxy.version_of_call("http://up", before, time.monotonic())
+        # A later call ending before the second read began shares it (no third read).
+        again = await proxy.version_of_call("http://up", proxy.weight_version("http://up"), time.monotonic() - 5)
+        return version, again, len(reads)
+
+    version, again, reads = asyncio.run(scenario())
+    assert version == expected and reads == 2 and again == server_versions[1]

@@ -175,12 +175,15 @@ def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwarg
                 if not sample.completion_mask.any():
                     continue  # nothing was sampled in it: nothing to train
                 token_versions = sampled_by.versions(sample)
-                if token_versions is None or any(v not in versions.states for v in token_versions):
-                    # Not matched to a recorded turn, or sampled by weights we do not hold (older than we
-                    # keep, or the base weights of a restarted server): not trainable as on-policy data.
+                unknown = token_versions is None or None in token_versions
+                if unknown or any(v not in versions.states for v in token_versions):
+                    # Not matched to a recorded turn, sampled across a weight reload (version unknown),
+                    # or sampled by weights we do not hold (older than we keep, or the base weights of
+                    # a restarted server): not trainable as on-policy data.
                     unmatched += token_versions is None
                     dropped += 1
-                    _restore_lost_weights(sync)
+                    if not unknown:
+                        _restore_lost_weights(sync)
                     continue
                 if step - 1 - min(versions.index[v] for v in token_versions) > args.max_staleness:
                     dropped += 1

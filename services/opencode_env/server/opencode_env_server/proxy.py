@@ -13,6 +13,7 @@ or response objects) with aiohttp's client upstream; the turn is recorded after 
 """
 
 import asyncio
+import functools
 import time
 from typing import Any, Awaitable, Callable, Optional, Protocol
 
@@ -169,19 +170,30 @@ class Proxy:
             response.raise_for_status()
             return await response.json(loads=orjson.loads, content_type=None)
 
-    def weight_version(self, base_url: str) -> asyncio.Future:
+    def weight_version(self, base_url: str, not_before: Optional[float] = None) -> asyncio.Future:
         """The inference server's weight version (vLLM dev mode; None if it has none).
 
         Read at most once per ``weight_version_ttl_s`` per upstream and shared by the calls in that
-        window, so the lookup stays off the per-call cost; a turn may carry a version up to that
-        old across a weight update.
+        window, so the lookup stays off the per-call cost; ``not_before`` (a ``time.monotonic()``
+        value) asks for a read begun no earlier than that.
         """
         now = time.monotonic()
         cached = self._versions.get(base_url)
-        if cached is None or now - cached[0] > self.weight_version_ttl_s:
+        if (cached is None or now - cached[0] > self.weight_version_ttl_s
+                or (not_before is not None and cached[0] < not_before)):
             cached = (now, asyncio.ensure_future(self._fetch_version(base_url)))
             self._versions[base_url] = cached
         return cached[1]
+
+    async def version_of_call(self, base_url: str, before: asyncio.Future, ended: float) -> Optional[str]:
+        """The weights that sampled a call that ended at ``ended``: the version read before it, if the
+        server still reports it after the call; None (unknown) when they differ. A call that waits in
+        vLLM's queue while the weights are reloaded is sampled by the new ones although the version
+        read before it names the old ones; the trainer drops a turn of unknown version rather than
+        attribute its tokens to weights that may not have sampled them."""
+        first = await before
+        last = await self.weight_version(base_url, not_before=ended)
+        return first if first == last else None
 
     async def _fetch_version(self, base_url: str) -> Optional[str]:
         try:
@@ -210,7 +222,8 @@ class Proxy:
         """Forward one call for ``rollout``, send the reply back unchanged, then record the turn."""
         max_tokens = rollout.admit_call()
         forwarded = self.prepare(rollout, body, max_tokens)
-        call = _Call(rollout, forwarded, self.weight_version(rollout.upstream_url), bool(body.get("tools")))
+        version = functools.partial(self.version_of_call, rollout.upstream_url, self.weight_version(rollout.upstream_url))
+        call = _Call(rollout, forwarded, version, bool(body.get("tools")))
         url = f"{rollout.upstream_url}/v1/chat/completions"
         try:
             headers = JSON_HEADERS if rollout.upstream_api_key is None else {
@@ -234,15 +247,15 @@ class Proxy:
 class _Call:
     """One relayed call: sends the reply, then records it as a turn."""
 
-    def __init__(self, rollout: RolloutCalls, forwarded: dict[str, Any], version: asyncio.Future,
-                 trainable: bool) -> None:
+    def __init__(self, rollout: RolloutCalls, forwarded: dict[str, Any],
+                 version: Callable[[float], Awaitable[Optional[str]]], trainable: bool) -> None:
         self.rollout, self.forwarded, self.version, self.trainable = rollout, forwarded, version, trainable
         self.index = rollout.next_turn_index()
         self.began = time.monotonic()
         self.started = False  # response headers sent
 
     async def _record(self, **fields: Any) -> None:
-        self.rollout.record(Turn(turn=self.index, request=self.forwarded, weight_version=await self.version,
+        self.rollout.record(Turn(turn=self.index, request=self.forwarded, weight_version=await self.version(time.monotonic()),
                                  trainable=self.trainable, **fields))
 
     async def unary(self, send: Send, content: bytes, status: int) -> None:
