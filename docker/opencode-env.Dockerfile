@@ -36,13 +36,14 @@ COPY services/opencode_env/client /src/opencode-env-client
 COPY services/opencode_env/server /src/opencode-env-server
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     /opt/uv/bin/uv pip install --no-cache --no-deps /src/opencode-env-client /src/opencode-env-server && python3 -c "import opencode_env_server.app" \
- && opencode --version
+ && opencode --version \
+ && rm -f /tmp/uv-*.lock "$VIRTUAL_ENV/.lock"
 ENV PYTHONUNBUFFERED=1 PORT=8000 SANDBOX_ROOT=/sandboxes TRACES_DIR=/data/traces
 # Sandboxes may write only inside their own directory: no shared dir is writable by other uids
 # (the service closes world-writable mounts such as /dev/shm again at start-up), and no program
 # runs setuid or setgid.
 RUN mkdir -p /sandboxes /data/traces && chmod 0711 /sandboxes && chmod 0700 /data/traces \
- && find / -xdev -type d -perm -0002 -exec chmod o-w {} + \
+ && find / -xdev \( -type d -o -type f \) -perm -0002 -exec chmod o-w {} + \
  && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 EXPOSE 8000
 HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
