@@ -7,9 +7,9 @@ import httpx
 import pytest
 from openenv.core.harness import TrainableSession
 
-from opencode_env_client import (OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory, RolloutNotScorable,
-                                 ServiceBusyError)
-from opencode_env_client.models import CreatedRollout, RolloutSummary, Task, Verification
+from opencode_env_client import (OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory, ReplicaPool,
+                                 RolloutNotScorable, ServiceBusyError)
+from opencode_env_client.models import CreatedRollout, Health, RolloutSummary, Task, Verification
 
 TASK = {"task_id": "t1", "instruction": "Write solution.py that reverses a line.",
         "tests": [{"stdin": "ab\n", "expected_stdout": "ba"}]}
@@ -28,6 +28,8 @@ class FakeService:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         path = request.url.path
+        if path == "/health":
+            return httpx.Response(200, json=health(active=0).model_dump())
         if request.method == "POST" and path == "/rollouts":
             if self.busy:
                 return httpx.Response(503, json={"detail": {"message": "all 4 rollout slots are busy"}})
@@ -51,9 +53,16 @@ class FakeService:
         return httpx.Response(404, json={"detail": {"message": f"unknown rollout {path}"}})
 
 
+def health(active: int, max_rollouts: int = 4, total: int = 0, replica: str = "a") -> Health:
+    return Health(status="healthy", active_rollouts=active, max_rollouts=max_rollouts, seats=max_rollouts + 1,
+                  warm_agents=1, sessions=0, max_sessions=16, inference_url="http://inference:8000",
+                  network_isolation=True, replica=replica, rollouts_total=total)
+
+
 def factory_with(service: FakeService, **kwargs) -> OpenCodeSessionFactory:
     factory = OpenCodeSessionFactory("http://opencode-env:8000", [TASK], sampling={"temperature": 0.7}, **kwargs)
-    factory._client = OpenCodeEnvClient(factory.base_url, poll_s=0.01, transport=httpx.MockTransport(service))
+    factory._replicas = ReplicaPool(factory.base_url, poll_s=0.01, resolve=lambda host, port: [],
+                                    transport=httpx.MockTransport(service))
     return factory
 
 
@@ -69,10 +78,11 @@ def test_session_runs_the_harness_protocol():
     assert result.env_reward == 1.0 and result.metrics["tests_passed"] == 1
     session.close()
     session.close()  # idempotent
-    created = json.loads(service.requests[0].content)
+    created = json.loads(next(r for r in service.requests if r.url.path == "/rollouts").content)
     assert Task.model_validate(created["task"]) == Task.model_validate(TASK)
     assert created["sampling"] == {"temperature": 0.7} and session.task_id == "t1"
     assert [r.method for r in service.requests].count("DELETE") == 1
+    assert {r.url.host for r in service.requests} == {"opencode-env"}  # one name, resolved to nothing else
 
 
 def test_infrastructure_failure_is_not_scored_zero():
@@ -95,4 +105,4 @@ def test_unknown_prompt_capacity_and_errors_are_clear():
 def test_factory_pickles_without_its_connection():
     factory = factory_with(FakeService())
     clone = pickle.loads(pickle.dumps(factory))
-    assert clone._client is None and clone.tasks == factory.tasks and clone.sampling == {"temperature": 0.7}
+    assert clone._replicas is None and clone.tasks == factory.tasks and clone.sampling == {"temperature": 0.7}

@@ -49,6 +49,15 @@ def test_health_reports_capacity(client: TestClient) -> None:
         ws_call(ws, {"type": "reset", "data": {}})
         health = client.get("/health").json()
         assert (health["status"], health["active_sessions"], health["max_sessions"]) == ("healthy", 1, 3)
+        ws_call(ws, {"type": "step", "data": {"answer": "0"}})
+        ws_call(ws, {"type": "reset", "data": {}})
+        ws_call(ws, {"type": "step", "data": {"answer": "0"}})
+    with client.websocket_connect("/ws") as ws:
+        ws_call(ws, {"type": "reset", "data": {}})
+    health = client.get("/health").json()
+    # A replica's own totals: what a scaled-out deployment reads to see how work spread.
+    assert (health["sessions_total"], health["episodes_total"], health["active_sessions"]) == (2, 2, 0)
+    assert health["replica"]
 
 
 def test_schema_metadata_and_datasets(client: TestClient) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from opencode_env_client import OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory
+from opencode_env_client import OpenCodeSessionFactory, ReplicaPool
 
 from .coding_tasks import load_tasks, prompts_dataset
 from .config import ConfigError
@@ -31,7 +31,8 @@ log = logging.getLogger("trainer.async_grpo")
 
 
 class RecordingSessionFactory(OpenCodeSessionFactory):
-    """The OpenCode session factory, also appending each rollout it starts to ``sessions.jsonl``."""
+    """The OpenCode session factory, also appending each rollout it starts to ``sessions.jsonl`` (with the
+    replica that runs it: its trace is read from there)."""
 
     def __init__(self, *args: Any, record_path: Optional[str] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -50,7 +51,8 @@ class RecordingSessionFactory(OpenCodeSessionFactory):
         if self.record_path:
             with self._lock, open(self.record_path, "a") as f:
                 f.write(json.dumps({"rollout_id": session.rollout_id, "task_id": session.task_id, "group": seed,
-                                    "episode_id": episode_id, "time": time.time()}) + "\n")
+                                    "episode_id": episode_id, "env_url": session.client.base_url,
+                                    "time": time.time()}) + "\n")
         log.info("rollout %s started (task %s, group %s)", session.rollout_id, session.task_id, seed)
         return session
 
@@ -137,17 +139,21 @@ def selected_tasks(config: dict[str, Any]) -> list[Any]:
 
 
 def check_capacity(env_url: str, inflight: int) -> None:
-    """Refuse to start when opencode-env runs fewer rollouts at once than the worker keeps in flight
-    (the rest would get 503 and TRL would drop them from their groups)."""
-    with OpenCodeEnvClient(env_url, timeout_s=30) as client:
-        try:
-            capacity = client.health().max_rollouts
-        except OpenCodeEnvError as exc:
-            raise EnvUnavailable(f"opencode-env at {env_url} does not answer: {exc}") from None
+    """Refuse to start when opencode-env (all its replicas together) runs fewer rollouts at once than
+    the worker keeps in flight (the rest would get 503 and TRL would drop them from their groups)."""
+    pool = ReplicaPool(env_url, timeout_s=30)
+    try:
+        replicas = pool.health()
+    finally:
+        pool.close()
+    if not replicas:
+        raise EnvUnavailable(f"opencode-env at {env_url} does not answer (no replica of {pool.addresses()} "
+                             "answers /health)")
+    capacity = sum(h.max_rollouts for h in replicas.values())
     if inflight > capacity:
         raise ConfigError(f"async_grpo.max_inflight_tasks is {inflight} but opencode-env at {env_url} runs "
-                          f"{capacity} rollouts at once (MAX_CONCURRENT_ROLLOUTS): raise it to {inflight} or more, "
-                          "or lower max_inflight_tasks")
+                          f"{capacity} rollouts at once ({len(replicas)} replica(s), MAX_CONCURRENT_ROLLOUTS each): "
+                          f"raise it, add replicas, or lower max_inflight_tasks")
 
 
 def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:

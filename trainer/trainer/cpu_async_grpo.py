@@ -90,10 +90,9 @@ class SampledBy:
     """
 
     def __init__(self, env_url: str, sessions_path: Path) -> None:
-        from opencode_env_client import OpenCodeEnvClient
-
-        self.client = OpenCodeEnvClient(env_url, timeout_s=60)
+        self.env_url = env_url
         self.sessions_path = sessions_path
+        self._clients: dict[str, Any] = {}  # by replica URL
         self._turns: dict[str, list[Any]] = {}
 
     def versions(self, sample: Any) -> Optional[list[Optional[str]]]:
@@ -101,8 +100,8 @@ class SampledBy:
         mask = sample.completion_mask.astype(bool)
         ids = [int(t) for t in sample.input_ids[mask]]
         logps = [float(v) for v in sample.old_log_probs[mask]]
-        for rollout_id in self._group_rollouts(sample.group_id):
-            turns = [t for t in self._rollout_turns(rollout_id) if t.ok and t.completion_token_ids]
+        for rollout_id, env_url in self._group_rollouts(sample.group_id):
+            turns = [t for t in self._rollout_turns(rollout_id, env_url) if t.ok and t.completion_token_ids]
             per_token = [(i, lp, t.weight_version) for t in turns
                          for i, lp in zip(t.completion_token_ids, t.per_token_logps)]
             for start in range(len(per_token) - len(ids) + 1):
@@ -111,17 +110,29 @@ class SampledBy:
                     return [w[2] for w in window]
         return None
 
-    def _group_rollouts(self, group_id: int) -> list[str]:
+    def _group_rollouts(self, group_id: int) -> list[tuple[str, str]]:
+        """(rollout id, URL of the replica that ran it) of the group's rollouts."""
         rows = [json.loads(line) for line in self.sessions_path.read_text().splitlines() if line.strip()]
-        return [r["rollout_id"] for r in rows if r.get("group") == group_id]
+        return [(r["rollout_id"], r.get("env_url") or self.env_url) for r in rows if r.get("group") == group_id]
 
-    def _rollout_turns(self, rollout_id: str) -> list[Any]:
+    def _rollout_turns(self, rollout_id: str, env_url: str) -> list[Any]:
+        """The rollout's recorded turns; none when its replica is gone (the row is then dropped, unmatched)."""
+        from opencode_env_client import OpenCodeEnvClient, OpenCodeEnvError
+
         if rollout_id not in self._turns:
-            self._turns[rollout_id] = self.client.turns(rollout_id)
+            if env_url not in self._clients:
+                self._clients[env_url] = OpenCodeEnvClient(env_url, timeout_s=60)
+            try:
+                self._turns[rollout_id] = self._clients[env_url].turns(rollout_id)
+            except OpenCodeEnvError as exc:
+                log.warning("rollout %s: its turns cannot be read from %s (%s); its rows are dropped",
+                            rollout_id, env_url, exc)
+                return []
         return self._turns[rollout_id]
 
     def close(self) -> None:
-        self.client.close()
+        for client in self._clients.values():
+            client.close()
 
 
 def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwargs: dict[str, Any],

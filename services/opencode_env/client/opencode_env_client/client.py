@@ -58,9 +58,9 @@ class OpenCodeEnvClient:
             raise error(f"{method} {path} -> HTTP {response.status_code}: {message}", response.status_code)
         return response
 
-    def health(self) -> Health:
-        """``GET /health``: status and rollout capacity."""
-        return Health.model_validate(self._request("GET", "/health").json())
+    def health(self, timeout_s: Optional[float] = None) -> Health:
+        """``GET /health``: status, rollout capacity and this replica's totals."""
+        return Health.model_validate(self._request("GET", "/health", timeout=timeout_s).json())
 
     def create_rollout(self, task: Union[Task, Mapping[str, Any]], *, sampling: Optional[dict[str, Any]] = None,
                        model: Optional[str] = None, upstream_url: Optional[str] = None,

@@ -15,6 +15,7 @@ from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolRe
 
 from .client import OpenCodeEnvClient
 from .models import CreatedRollout, RolloutSummary, Task
+from .replicas import ReplicaPool
 
 log = logging.getLogger("opencode_env_client.harness")
 
@@ -108,6 +109,8 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
     ``tasks``: the service's ``Task`` models (or dicts of them: instruction, held-out tests, limits);
     a TRL prompt is matched to its task by the instruction text. ``sampling``: TRL's training policy,
     forced on every model call the agent makes (OpenCode would otherwise pick its own temperature).
+    With several replicas behind ``base_url``'s name (Swarm), each rollout starts on the one with the
+    most free slots and its session keeps every later call on that replica (``ReplicaPool``).
     """
 
     def __init__(self, base_url: str, tasks: Sequence[Union[Task, Mapping[str, Any]]],
@@ -122,17 +125,17 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
         self.model = model
         self.wait_timeout_s = wait_timeout_s
         self.request_timeout_s = request_timeout_s
-        self._client: Optional[OpenCodeEnvClient] = None
+        self._replicas: Optional[ReplicaPool] = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None}
+        return {**self.__dict__, "_replicas": None}
 
     @property
-    def client(self) -> OpenCodeEnvClient:
-        """The HTTP client, made on first use in this process."""
-        if self._client is None:
-            self._client = OpenCodeEnvClient(self.base_url, timeout_s=self.request_timeout_s)
-        return self._client
+    def replicas(self) -> ReplicaPool:
+        """The service's replicas and their HTTP clients, made on first use in this process."""
+        if self._replicas is None:
+            self._replicas = ReplicaPool(self.base_url, timeout_s=self.request_timeout_s)
+        return self._replicas
 
     def task_for(self, task: Any) -> Task:
         """The full task (with held-out tests) a prompt, ``Task`` or task dict stands for."""
@@ -148,7 +151,8 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
     def create(self, task: Any, seed: Optional[int] = None, episode_id: Optional[str] = None) -> OpenCodeSession:
         """Start a rollout of the task; the seed and episode id only label it (the task is fixed)."""
         spec = self.task_for(task)
-        created = self.client.create_rollout(spec, sampling=self.sampling, model=self.model)
-        log.debug("rollout %s started for task %s (group seed %s, episode %s)",
-                  created.rollout_id, spec.task_id, seed, episode_id)
-        return OpenCodeSession(self.client, created, self.wait_timeout_s)
+        client, created = self.replicas.start(
+            lambda replica: replica.create_rollout(spec, sampling=self.sampling, model=self.model))
+        log.debug("rollout %s started on %s for task %s (group seed %s, episode %s)",
+                  created.rollout_id, client.base_url, spec.task_id, seed, episode_id)
+        return OpenCodeSession(client, created, self.wait_timeout_s)

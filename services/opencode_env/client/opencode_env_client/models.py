@@ -180,6 +180,13 @@ class Health(_Reply):
     max_sessions: int
     inference_url: str
     network_isolation: bool
+    replica: str = ""  # the answering container's host name (replicas of one service share a DNS name)
+    rollouts_total: int = 0  # rollouts this replica has started since it started
+
+    @property
+    def free_rollouts(self) -> int:
+        """Rollouts this replica can start now."""
+        return max(0, self.max_rollouts - self.active_rollouts)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The rollouts HTTP API: create, wait for, verify, inspect and close rollouts (see the service README)."""
 
 import asyncio
+import socket
 from dataclasses import asdict
 from typing import Any
 
@@ -58,7 +59,8 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
                             max_rollouts=settings.max_concurrent_rollouts, seats=manager.seats,
                             warm_agents=manager.warm_agents, sessions=sessions.active, max_sessions=sessions.max_sessions,
                             inference_url=settings.inference_url,
-                            network_isolation=settings.network_isolation).model_dump())
+                            network_isolation=settings.network_isolation, replica=socket.gethostname(),
+                            rollouts_total=manager.started_total).model_dump())
 
     @router.get("/schema")
     async def schema() -> Response:

@@ -182,6 +182,7 @@ class RolloutManager:
         self.free_seats = list(range(self.seats))
         self.rollouts: dict[str, Rollout] = {}
         self.by_key: dict[str, Rollout] = {}
+        self.started_total = 0
         self.prepared: dict[int, Prepared] = {}  # by seat
         self.warming: dict[str, Prepared] = {}  # keys whose model calls get the proxy's warm-up reply
         self.latest_limits = Limits()  # what free seats are prepared with
@@ -343,6 +344,7 @@ class RolloutManager:
         rollout = Rollout(request, self.settings, seat, model, self.store, identity)
         self.rollouts[rollout.id] = rollout
         self.by_key[rollout.key] = rollout
+        self.started_total += 1
         rollout.runner = self._background(self._run(rollout, prepared), f"rollout-{rollout.id}")
         return rollout
 

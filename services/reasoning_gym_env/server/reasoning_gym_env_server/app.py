@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Optional
 
 from fastapi import FastAPI
 
-from .environment import ReasoningGymEnvironment
+from .environment import EpisodeCounter, ReasoningGymEnvironment
 from .http_api import HTTPError, http_error_response, router
 from .pool import WorkerPool
 from .ratelimit import RateLimitedLog
@@ -27,9 +27,10 @@ class EnvServerApp:
         self.notices = notices = RateLimitedLog(log, settings.log_lines_per_minute)
         self.pool = WorkerPool(settings.dataset_workers, settings.dataset_build_timeout_s,
                                settings.dataset_build_memory_mb, settings.max_message_bytes, notices)
+        self.episodes = EpisodeCounter()
         self.registry = SessionRegistry(
             settings.max_concurrent_envs, settings.max_http_sessions, settings.session_idle_timeout_s,
-            lambda: ReasoningGymEnvironment(self.pool, settings.max_dataset_size), notices,
+            lambda: ReasoningGymEnvironment(self.pool, settings.max_dataset_size, self.episodes), notices,
         )
         self.http = _http_app(self)
 
@@ -72,6 +73,7 @@ def _http_app(server: EnvServerApp) -> FastAPI:
     app.state.settings = settings
     app.state.registry = server.registry
     app.state.pool = server.pool
+    app.state.episodes = server.episodes
     app.add_exception_handler(HTTPError, http_error_response)
     app.include_router(router)
     return app

@@ -25,6 +25,13 @@ METADATA = EnvironmentMetadata(
 )
 
 
+class EpisodeCounter:
+    """Answers scored by every environment of one server (``/health``: a replica's share of the work)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+
 class ReasoningGymEnvironment:
     """Single-step episodes over a reasoning-gym dataset, with all dataset code run by ``pool``.
 
@@ -35,8 +42,9 @@ class ReasoningGymEnvironment:
     the position and the open question as they were. Calls on one environment run one at a time.
     """
 
-    def __init__(self, pool: WorkerPool, max_dataset_size: int) -> None:
+    def __init__(self, pool: WorkerPool, max_dataset_size: int, episodes: Optional[EpisodeCounter] = None) -> None:
         self._pool = pool
+        self._episodes = episodes or EpisodeCounter()
         self._max_dataset_size = max_dataset_size
         self._lock = asyncio.Lock()
         self._stream: Optional[QuestionStream] = None
@@ -86,6 +94,7 @@ class ReasoningGymEnvironment:
             if self._question is None or self._stream is None:
                 raise EnvInputError("step() before reset(): call reset() to get a question first", ErrorCode.SESSION_ERROR)
             self._step_count += 1
+            self._episodes.total += 1
             question = self._question
             metadata: dict[str, Any] = {}
             try:

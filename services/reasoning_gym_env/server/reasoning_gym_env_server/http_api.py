@@ -7,6 +7,7 @@ over plain HTTP. Sessions count against ``MAX_CONCURRENT_ENVS`` (and ``MAX_HTTP_
 reaped when idle, like WebSocket ones.
 """
 
+import socket
 from typing import Any, Optional
 
 import orjson
@@ -25,6 +26,9 @@ from .sessions import Session, SessionRegistry
 from .spec import dataset_names
 
 router = APIRouter()
+
+# Which replica answered (the container's host name): under Swarm, replicas of one service share a name.
+REPLICA = socket.gethostname()
 
 # Status of an environment error by its code (anything else from the environment is bad input).
 ENV_ERROR_STATUS = {ErrorCode.SESSION_ERROR: 409, ErrorCode.DATASET_TOO_COSTLY: 422, ErrorCode.DATASET_ERROR: 422}
@@ -88,18 +92,21 @@ def _observation_reply(observation: ReasoningGymObservation, session: Optional[S
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    """Liveness plus capacity: active and maximum sessions."""
+    """Liveness, capacity (active and maximum sessions) and this replica's totals since it started."""
     registry: SessionRegistry = request.app.state.registry
     pool: WorkerPool = request.app.state.pool
     return _json(
         {
             "status": "healthy",
+            "replica": REPLICA,
             "active_sessions": registry.active,
             "max_sessions": registry.max_sessions,
             "active_http_sessions": registry.active_http,
             "max_http_sessions": registry.max_http_sessions,
             "session_idle_timeout_s": registry.idle_timeout_s,
             "reaped_sessions": registry.reaped_total,
+            "sessions_total": registry.opened_total,
+            "episodes_total": request.app.state.episodes.total,
             "dataset_workers": pool.size,
             "dataset_worker_restarts": pool.restarts,
         }

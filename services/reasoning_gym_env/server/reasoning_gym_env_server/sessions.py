@@ -46,6 +46,7 @@ class SessionRegistry:
         self._sessions: dict[str, Session] = {}
         self._http_sessions = 0
         self.reaped_total = 0
+        self.opened_total = 0  # sessions this replica has served since it started
 
     @property
     def active(self) -> int:
@@ -66,6 +67,7 @@ class SessionRegistry:
         session = Session(kind=kind, env=self.new_env(), on_expire=on_expire)
         self._sessions[session.id] = session
         self._http_sessions += kind == "http"
+        self.opened_total += 1
         return session
 
     def get(self, session_id: str) -> Optional[Session]:
