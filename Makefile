@@ -13,7 +13,7 @@ GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml
 # CPU job's policy, started with them) has finished.
 SERVICES = reasoning-gym-env inference opencode-env dashboard
 
-.PHONY: help preflight up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container bench lock gpu-smoke gpu-preflight
+.PHONY: help preflight up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container test-swarm bench lock gpu-smoke gpu-preflight swarm-up swarm-down
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -48,6 +48,12 @@ urls: ## where the services listen
 	@echo "opencode-env:      http://127.0.0.1:$${OPENCODE_ENV_PORT:-8002}  (POST /rollouts; proxy /v1/chat/completions)"
 	@echo "dashboard:         http://127.0.0.1:$${DASHBOARD_PORT:-7860}/  (trackio)"
 
+swarm-up: preflight build ## deploy the stack on this Docker Swarm (ENV_REPLICAS, OPENCODE_REPLICAS; README: Scaling out)
+	scripts/swarm-up.sh
+
+swarm-down: ## remove the Swarm stack (node-local volumes are kept)
+	docker stack rm $${SWARM_STACK:-rlstack}
+
 down: ## stop the stack (volumes are kept; `docker compose down -v` removes them)
 	docker compose down
 
@@ -75,6 +81,10 @@ venv: ## create the Python environment the tests and benchmarks run in
 test: PURPOSE = test
 test: preflight venv build ## the whole test suite: in-process and container tests
 	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest $(PYTEST_ARGS)
+
+test-swarm: PURPOSE = test
+test-swarm: preflight venv build ## only the Docker Swarm test (this engine joins a two-node swarm and leaves it)
+	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m swarm $(PYTEST_ARGS)
 
 test-unit: venv ## only the fast in-process tests
 	$(PYTHON) -m pytest -m unit $(PYTEST_ARGS)

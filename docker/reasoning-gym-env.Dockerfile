@@ -36,6 +36,9 @@ RUN useradd --system --uid 10001 --home-dir /home/app --create-home app
 COPY --from=build /opt/venv /opt/venv
 USER app
 WORKDIR /home/app
+# reasoning-gym imports matplotlib, which builds its font cache on first import (seconds of CPU at
+# every start of a fresh container, enough to fail a loaded node's health check): build it here.
+RUN python3 -c "import matplotlib.font_manager"
 EXPOSE 8000
 HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
   CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '8000'), timeout=2)"]

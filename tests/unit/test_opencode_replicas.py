@@ -123,3 +123,22 @@ def test_a_refused_request_is_not_retried_on_other_replicas() -> None:
     with pytest.raises(OpenCodeEnvError, match="HTTP 404"):
         pool.start(lambda c: c.status("10.0.0.9-1"))
     assert sum("/rollouts/" in c for calls in replicas.calls.values() for c in calls) == 1
+
+
+def test_concurrent_starts_see_each_others_picks() -> None:
+    import threading
+
+    replicas = Replicas("10.0.0.2", "10.0.0.3", max_rollouts=4)
+    pool = pool_of(replicas, {"tasks.opencode-env": ["10.0.0.2", "10.0.0.3"]})
+    gate = threading.Barrier(4)
+
+    def slow_create(client):  # no create reaches a replica before all four have picked one
+        gate.wait(timeout=10)
+        return client.create_rollout(TASK)
+
+    threads = [threading.Thread(target=pool.start, args=(slow_create,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert replicas.started == {"10.0.0.2": 2, "10.0.0.3": 2}

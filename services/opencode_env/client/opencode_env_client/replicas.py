@@ -57,9 +57,11 @@ class ReplicaPool:
         self._resolve, self._transport = resolve, transport
         self._clients: dict[str, OpenCodeEnvClient] = {}
         self._down_until: dict[str, float] = {}
+        self._starting: dict[str, int] = {}  # creates in flight from this pool, by address (not yet in /health)
         self._addresses: list[str] = []
         self._resolved_at = -float("inf")
         self._lock = threading.Lock()
+        self._choosing = threading.Lock()
 
     def _url_for(self, address: str) -> str:
         netloc = address if self._parts.port is None else f"{address}:{self._parts.port}"
@@ -103,19 +105,28 @@ class ReplicaPool:
         self._down_until[address] = time.monotonic() + self.retry_s
 
     def ranked(self) -> list[str]:
-        """Addresses of the answering replicas, the one with the most free rollout slots first (ties: the
-        one that started fewest rollouts). Raises ``OpenCodeEnvError`` when none answers."""
+        """Addresses of the answering replicas, the one with the most free rollout slots first (less the
+        rollouts this pool is starting there; ties: the one that started fewest). Raises
+        ``OpenCodeEnvError`` when none answers."""
         healthy = self.health()
         if not healthy:
             raise OpenCodeEnvError(f"no replica of {self.base_url} answers (addresses: {self.addresses()})")
-        return sorted(healthy, key=lambda a: (-healthy[a].free_rollouts, healthy[a].rollouts_total))
+        with self._lock:
+            starting = dict(self._starting)
+        return sorted(healthy, key=lambda a: (-(healthy[a].free_rollouts - starting.get(a, 0)),
+                                              healthy[a].rollouts_total + starting.get(a, 0)))
 
     def start(self, create: Callable[[OpenCodeEnvClient], object]) -> tuple[OpenCodeEnvClient, object]:
         """Run ``create(client)`` on the best replica, the next ones when a replica is full or fails;
         returns the client that succeeded (every later call of that rollout must use it) and the result."""
         errors, all_busy = [], True
-        for address in self.ranked():
+        with self._choosing:  # concurrent starts rank one after another, each seeing the others' picks
+            order = self.ranked()
+            self._count_start(order[0], +1)
+        for position, address in enumerate(order):
             client = self.client(address)
+            if position:
+                self._count_start(address, +1)
             try:
                 return client, create(client)
             except ServiceBusyError as exc:
@@ -126,10 +137,16 @@ class ReplicaPool:
                 self._mark_down(address, exc)
                 errors.append(str(exc))
                 all_busy = False
+            finally:
+                self._count_start(address, -1)
         message = f"no replica of {self.base_url} could start the rollout: " + "; ".join(errors)
         if all_busy:
             raise ServiceBusyError(message, 503)
         raise OpenCodeEnvError(message)
+
+    def _count_start(self, address: str, change: int) -> None:
+        with self._lock:
+            self._starting[address] = self._starting.get(address, 0) + change
 
     def close(self) -> None:
         """Close every replica's connection pool."""
