@@ -4,6 +4,12 @@
 # Images: built here; copied to the nodes in SWARM_NODE_HOSTS first (scripts/swarm-images.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The stack's settings, as Compose reads them (the environment wins over .env).
+if [ -f .env ]; then
+  saved=$(export -p)
+  set -a; . ./.env; set +a
+  eval "$saved"
+fi
 STACK=${SWARM_STACK:-rlstack}
 LABEL=${SWARM_MAIN_LABEL:-gpu}
 
