@@ -16,6 +16,7 @@ Stdlib only; needs the Docker CLI with Compose v2.
 """
 
 import argparse
+import copy
 import json
 import subprocess
 import sys
@@ -39,9 +40,9 @@ def compose_config(files: list[Path]) -> dict[str, Any]:
 
 
 def swarm_service(service: dict[str, Any]) -> dict[str, Any]:
-    """One Compose service as a Swarm stack service."""
-    service = {k: v for k, v in service.items() if k not in DROPPED and v is not None}
+    """One Compose service as a Swarm stack service (a new dict: ``service`` is left as it was)."""
     restart = RESTART.get(str(service.get("restart", "")))
+    service = {k: copy.deepcopy(v) for k, v in service.items() if k not in DROPPED and v is not None}
     deploy = service.setdefault("deploy", {})
     if restart and "restart_policy" not in deploy:
         deploy["restart_policy"] = {"condition": restart}
