@@ -79,8 +79,8 @@ venv: ## create the Python environment the tests and benchmarks run in
 	VENV=$(VENV) scripts/make-test-venv.sh
 
 test: PURPOSE = test
-test: preflight venv build ## the whole test suite: in-process and container tests
-	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest $(PYTEST_ARGS)
+test: preflight venv build ## the test suite: in-process and container tests (the Swarm test: make test-swarm)
+	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m "not swarm" $(PYTEST_ARGS)
 
 test-swarm: PURPOSE = test
 test-swarm: preflight venv build ## only the Docker Swarm test (this engine joins a two-node swarm and leaves it)
@@ -91,7 +91,7 @@ test-unit: venv ## only the fast in-process tests
 
 test-container: PURPOSE = test
 test-container: preflight venv build ## only the container tests
-	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m container $(PYTEST_ARGS)
+	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m "container and not swarm" $(PYTEST_ARGS)
 
 bench: venv build ## benchmarks (figures in docs/benchmarks.md)
 	$(PYTHON) bench/env_server_load.py $(BENCH_ARGS)
