@@ -46,7 +46,9 @@ RUN mkdir -p /sandboxes /data/traces && chmod 0711 /sandboxes && chmod 0700 /dat
  && find / -xdev \( -type d -o -type f \) -perm -0002 -exec chmod o-w {} + \
  && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 EXPOSE 8000
-HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
+# A long start period costs nothing (the first success counts at once) and keeps Swarm, which
+# replaces unhealthy tasks, from killing a replica that starts slowly on a loaded node.
+HEALTHCHECK --interval=5s --timeout=3s --start-period=180s --retries=5 \
   CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
 # tini reaps the orphans of killed sandboxes (the service would otherwise inherit them as zombies).
 ENTRYPOINT ["tini", "--"]

@@ -40,6 +40,8 @@ WORKDIR /home/app
 # every start of a fresh container, enough to fail a loaded node's health check): build it here.
 RUN python3 -c "import matplotlib.font_manager"
 EXPOSE 8000
-HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=5 \
+# A long start period costs nothing (the first success counts at once) and keeps Swarm, which
+# replaces unhealthy tasks, from killing a replica that starts slowly on a loaded node.
+HEALTHCHECK --interval=5s --timeout=3s --start-period=180s --retries=5 \
   CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '8000'), timeout=2)"]
 CMD ["python3", "-m", "reasoning_gym_env_server"]
