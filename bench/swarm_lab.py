@@ -95,9 +95,11 @@ class Swarm:
         docker("service", "scale", "--detach", *(f"{self.stack}_{s}={replicas}" for s in services))
         return self.wait_running(replicas, *services)
 
-    def health(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Each replica's own /health, by service and address (read on the stack's network)."""
-        return json.loads(docker("exec", self.probe, "python3", "-c", PROBE, "reasoning-gym-env", "opencode-env"))
+    def health(self, *services: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """Each replica's own /health, by service (default: the stack's env services) and address, read on
+        the stack's network through ``tasks.<service>``."""
+        services = services or ("reasoning-gym-env", "opencode-env")
+        return json.loads(docker("exec", self.probe, "python3", "-c", PROBE, *services))
 
     def run(self, *args: str, volumes: Optional[dict[str, str]] = None) -> str:
         """Start a detached container on the stack's network (``docker run ARGS``); its id."""

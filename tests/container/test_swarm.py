@@ -64,6 +64,8 @@ def test_work_reaches_both_replicas_and_survives_a_drained_node(swarm, trainer_i
     # Each replica's own totals (not the client's intent): every replica served work.
     assert all(h["episodes_total"] > 0 for h in gym.values()), gym
     assert all(h["rollouts_total"] > 0 for h in opencode.values()), opencode
+    # Under Swarm too, each sandbox uid is confined to its seat's proxy port (cap_add reached the tasks).
+    assert all(h["network_isolation"] for h in opencode.values()), opencode
     assert sum(h["rollouts_total"] for h in opencode.values()) == 4
     assert len(summary["per_replica_url"]) == 2
     on_worker = [a for a, h in opencode.items() if h["replica"].endswith("." + swarm.worker)]
@@ -120,9 +122,7 @@ def test_openenv_docker_swarm_provider_serves_our_env_image(swarm, env_image, tr
             provider.wait_for_ready(base_url, timeout_s=120)
             targets = [base_url]
         else:  # no IPVS here: each replica, by its task address on the overlay
-            addresses = docker("exec", swarm.probe, "python3", "-c", "import socket,sys; print(' '.join(sorted({i[4][0] "
-                               "for i in socket.getaddrinfo('tasks.' + sys.argv[1], 8000, socket.AF_INET)})))", service)
-            targets = [f"http://{a}:8000" for a in addresses.split()]
+            targets = [f"http://{a}:8000" for a in swarm.health(service)[service]]
             assert len(targets) == 2
         for target in targets:
             runner = [sys.executable if target == base_url else "python3", "-c", EPISODE, target]

@@ -18,6 +18,8 @@ from .service import RolloutService, ServiceError
 from .trace import TraceStore, training_trace
 
 MAX_WAIT_S = 3600.0
+# Which replica answered (the container's host name): under Swarm, replicas of one service share a name.
+REPLICA = socket.gethostname()
 
 
 def json_response(payload: Any, status: int = 200) -> Response:
@@ -59,7 +61,7 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
                             max_rollouts=settings.max_concurrent_rollouts, seats=manager.seats,
                             warm_agents=manager.warm_agents, sessions=sessions.active, max_sessions=sessions.max_sessions,
                             inference_url=settings.inference_url,
-                            network_isolation=settings.network_isolation, replica=socket.gethostname(),
+                            network_isolation=settings.network_isolation, replica=REPLICA,
                             rollouts_total=manager.started_total).model_dump())
 
     @router.get("/schema")
