@@ -45,6 +45,7 @@ def test_overrides_apply_in_order_with_yaml_types(tmp_path):
     ("eval:\n  num_questions: many\n", [], {}, "`eval.num_questions`: expected int, got str 'many'"),
     ("job: grpo\n", ["eval.greedy=3"], {}, "--set eval.greedy=3: `eval.greedy`: expected bool, got int 3"),
     ("job: grpo\n", [], {"TRAINER_OPENCODE__TASK_IDS": "[1, x]"}, "`opencode.task_ids[0]`: expected str, got int 1"),
+    ("job: grpo\n", ["cpu_threads=two"], {}, "--set cpu_threads=two: `cpu_threads`: expected int, got str 'two'"),
     ("job: grpo\n", ["eval.generate=remote"], {}, "`eval.generate` must be one of local, inference, got 'remote'"),
     ("opencode:\n  limits: {max_turns: 0}\n", [], {}, "`opencode.limits.max_turns`: Input should be greater than"),
     ("eval: 3\n", [], {}, "`eval` must be a mapping, got int"),
@@ -56,6 +57,12 @@ def test_bad_configs_are_rejected_with_the_key(tmp_path, text, overrides, enviro
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text), overrides, environ=environ)
     assert message in str(caught.value)
+
+
+def test_a_negative_thread_count_is_refused_before_the_job_starts(tmp_path, capsys):
+    path = write(tmp_path, "job: grpo\nmodel: m\n")
+    assert main(["eval", "--config", str(path), "--set", "cpu_threads=-1"]) == 2
+    assert "cpu_threads must be >= 0, got -1" in capsys.readouterr().err
 
 
 def test_env_overrides_are_typed_and_stack_variables_are_not_settings(tmp_path):

@@ -78,7 +78,6 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     prompt = typed(config, "reasoning_gym").prompt
     out = Path(required_model(config))
     began = time.monotonic()
-    torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.init_seed)
     log.info("pretrain: fetching %d %s questions (seed %d) from %s", settings.questions, rg.dataset, settings.seed,
              rg.env_url)

@@ -122,7 +122,6 @@ class PretrainSettings:
     label_noise: float = field(default=0.6, metadata=doc("fraction of wrong answers in the noise phase"))
     noise_steps: int = field(default=100, metadata=doc("steps of the noise phase (makes the policy unsure)"))
     noise_learning_rate: float = field(default=3e-3, metadata=doc("learning rate of the noise phase"))
-    threads: int = field(default=2, metadata=doc("torch threads"))
 
 
 class TrlFields:
@@ -143,6 +142,8 @@ class TrainerConfig:
     run_name: Optional[str] = field(default=None, metadata=doc("name of the run in trackio and the logs (default: the job)"))
     trackio_project: str = field(default="rlstack", metadata=doc("trackio project"))
     seed: int = field(default=42, metadata=doc("random seed of the data order and the environment datasets"))
+    cpu_threads: int = field(default=0, metadata=doc(
+        "torch CPU threads of the job (0: torch's default, one per core); 1 suits small models on a shared machine"))
     reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig, metadata=doc("GRPO's environment"))
     opencode: OpenCodeConfig = field(default_factory=OpenCodeConfig, metadata=doc("AsyncGRPO's environment"))
     inference: InferenceConfig = field(default_factory=InferenceConfig, metadata=doc("the inference service"))
