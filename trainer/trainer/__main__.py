@@ -87,9 +87,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def limit_cpu_threads(threads: int) -> None:
-    """Run torch's CPU kernels on ``threads`` threads (0: leave torch's default). With more threads than
-    free cores, OpenMP threads spin waiting on a preempted peer: on 2 shared cores a tiny model's step
-    took 0.5-1.0 s on 2 threads and 0.17-0.19 s on 1 (the same numbers either way)."""
+    """Run torch's CPU kernels on ``threads`` threads (0: leave torch's default, one per core).
+
+    Measured on 2 cores with the CPU pre-training's tiny model (``bench/cpu_threads.py``): 2 threads
+    0.22 s a step alone and 0.92 s beside another 2-thread job (OpenMP threads spin-wait on a
+    preempted peer), 1 thread 0.32 s and 0.38 s; the CPU trainer image's ``OMP_WAIT_POLICY=PASSIVE``
+    gives 2 threads 0.24 s and 0.38 s. The weights come out the same either way."""
     if threads < 0:
         raise ConfigError(f"cpu_threads must be >= 0, got {threads}")
     if threads:

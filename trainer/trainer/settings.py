@@ -143,7 +143,7 @@ class TrainerConfig:
     trackio_project: str = field(default="rlstack", metadata=doc("trackio project"))
     seed: int = field(default=42, metadata=doc("random seed of the data order and the environment datasets"))
     cpu_threads: int = field(default=0, metadata=doc(
-        "torch CPU threads of the job (0: torch's default, one per core); 1 suits small models on a shared machine"))
+        "torch CPU threads of the job (0: torch's default, one per core); 1 is faster beside other CPU-heavy jobs"))
     reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig, metadata=doc("GRPO's environment"))
     opencode: OpenCodeConfig = field(default_factory=OpenCodeConfig, metadata=doc("AsyncGRPO's environment"))
     inference: InferenceConfig = field(default_factory=InferenceConfig, metadata=doc("the inference service"))
