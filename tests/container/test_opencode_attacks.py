@@ -8,6 +8,7 @@ keeps serving. See services/opencode_env/README.md "Threat model".
 
 import concurrent.futures
 import json
+import os
 import socket
 import threading
 import time
@@ -143,15 +144,55 @@ def test_listing_files_never_reads_outside_the_work_dir(opencode_env) -> None:
     rollout, out = run_attack(url, FILES_RACE)
     try:
         assert "racing" in out, out
-        for _ in range(30):
+        for _ in range(int(os.environ.get("RLSTACK_LISTINGS", "30"))):
             files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files", timeout=30)
-            assert files.status_code == 200, files.text
+            status = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}", timeout=30).json()
+            assert files.status_code == 200, (files.text, status["status"], status["detail"])
             leaked = {name: text[:80] for name, text in files.json().items() if text not in ("decoy", "")}
             leaked.pop("attack.py", None)
             assert not leaked, leaked
     finally:
         close(url, rollout)
     assert httpx.get(f"{url}/health").json()["status"] == "healthy"
+
+
+KILL_THE_LISTER = """
+import os, time
+if os.fork() == 0:  # SIGKILL the first file-listing helper (it runs as this uid), then stop
+    os.setsid()
+    for fd in (0, 1, 2):
+        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if b"os.fwalk" in open(f"/proc/{pid}/cmdline", "rb").read():
+                    os.kill(int(pid), 9)
+                    open("killed", "w").write(pid)
+                    raise SystemExit
+            except OSError:
+                continue
+        time.sleep(0.001)
+print("watching")
+"""
+
+
+def test_a_listing_whose_helper_is_killed_reads_again(opencode_env) -> None:
+    # A listing can meet the uid-wide kill that ends its rollout (or the uid's own processes): it is
+    # read-only, so one helper killed by a signal costs a second read, not an error.
+    url = opencode_env.url
+    rollout, out = run_attack(url, KILL_THE_LISTER)
+    try:
+        assert "watching" in out, out
+        deadline = time.monotonic() + 30
+        while True:  # until a listing shows the helper was killed (the killer may miss a short one)
+            files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files", timeout=30)
+            assert files.status_code == 200, files.text
+            if "killed" in files.json():
+                break
+            assert time.monotonic() < deadline, files.json()
+    finally:
+        close(url, rollout)
 
 
 FAKE_AGENT_SERVER = """
@@ -249,6 +290,15 @@ print("held", flush=True)
 time.sleep(25)
 """
 
+MEMFD_UNDUMPABLE = """
+import ctypes, os, time
+fd = os.memfd_create("hoard")
+os.write(fd, b"x" * (8 << 20))
+ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE 0: /proc/<pid>/fd closes to the uid, so the memfd cannot be seen
+print("hidden", flush=True)
+time.sleep(25)
+"""
+
 SYSV_SHM = """
 import ctypes, time
 libc = ctypes.CDLL(None, use_errno=True)
@@ -278,9 +328,10 @@ time.sleep(25)
 
 @pytest.mark.parametrize(("script", "limits", "evidence"), [
     (MEMFD, {"memory_mb": 128, "disk_mb": 512}, "memory limit"),
+    (MEMFD_UNDUMPABLE, {"memory_mb": 128}, "cannot be counted"),
     (SYSV_SHM, {"memory_mb": 128}, "memory limit"),
     (DELETED_FILES, {"disk_mb": 32}, "disk limit"),
-], ids=["memfd", "sysv-shm", "deleted-open-files"])
+], ids=["memfd", "memfd-undumpable", "sysv-shm", "deleted-open-files"])
 def test_memory_and_disk_hidden_from_the_usual_counts_are_counted(opencode_env, script, limits, evidence) -> None:
     url = opencode_env.url
     rollout, _ = run_attack(url, script, limits={"wall_s": 240, **limits})

@@ -137,3 +137,48 @@ def test_a_seat_port_counts_as_ours_only_if_our_process_group_listens_on_it(tmp_
             agent.check_listener()  # another process group (another seat's uid, in the service)
     finally:
         foreign.kill()
+
+
+STRAY_UID = 61999  # no account, no sandbox: a uid only this test runs as
+SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter may sit where that uid cannot reach
+
+# Holds a 4 MB memfd. "hide": non-dumpable for good (/proc/<pid>/fd closes to the uid); "blink":
+# non-dumpable for 0.3 s, as the kernel leaves a command the root service starts as the uid until it execs.
+HOLD_MEMFD = """
+import ctypes, os, sys, time
+prctl = ctypes.CDLL(None).prctl
+fd = os.memfd_create("held")
+os.write(fd, b"x" * (4 << 20))
+prctl(4, 0)  # PR_SET_DUMPABLE 0
+print("hidden", flush=True)
+if sys.argv[1] == "blink":
+    time.sleep(0.3)
+    prctl(4, 1)
+time.sleep(30)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+                    reason="starts a system Python as another uid: needs root")
+@pytest.mark.parametrize("mode", ["blink", "hide"])
+def test_a_moment_of_unreadable_files_is_waited_out_and_hiding_for_good_is_caught(mode: str) -> None:
+    import subprocess
+
+    from opencode_env_server.usage import HiddenFiles, memory_bytes
+
+    def demote() -> None:
+        os.setgid(STRAY_UID)
+        os.setuid(STRAY_UID)
+
+    holder = subprocess.Popen([SYSTEM_PYTHON, "-I", "-S", "-c", HOLD_MEMFD, mode], stdout=subprocess.PIPE, text=True,
+                              preexec_fn=demote, cwd="/")
+    try:
+        assert holder.stdout.readline() == "hidden\n"
+        if mode == "blink":
+            assert memory_bytes(STRAY_UID) >= 4 << 20  # counted once readable again: its memfd is in no resident set
+        else:
+            with pytest.raises(HiddenFiles, match=f"process {holder.pid} hides"):
+                memory_bytes(STRAY_UID)
+    finally:
+        holder.kill()
+        holder.wait()

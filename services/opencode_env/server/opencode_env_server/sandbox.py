@@ -86,6 +86,10 @@ class SandboxError(RuntimeError):
     """A helper run as the sandbox's uid failed (the uid's own files are in the way)."""
 
 
+class HelperKilled(SandboxError):
+    """A helper died of a signal: the uid-wide kill that ends a rollout (or the uid's own processes) got it."""
+
+
 class Sandbox:
     """The directory, uid and processes of one rollout."""
 
@@ -208,6 +212,8 @@ class Sandbox:
         except asyncio.TimeoutError:
             self.kill_group(proc.pid)
             raise SandboxError(f"sandbox helper timed out after {HELPER_TIMEOUT_S:g}s") from None
+        if proc.returncode < 0:
+            raise HelperKilled(f"sandbox helper killed by signal {-proc.returncode}")
         if proc.returncode != 0:
             raise SandboxError(f"sandbox helper failed ({proc.returncode}): {_text(err, 600)}")
         return out
@@ -222,9 +228,14 @@ class Sandbox:
         """Text of the work dir's regular files (symlinks skipped, ``.git`` left out), read by the
         uid itself: at most ``max_files`` files of ``max_bytes`` each, ``max_total`` bytes in all,
         after looking at ``max_entries`` names; and the paths of up to ``max_skipped`` files left out."""
-        listing = orjson.loads(await self._helper(_LIST_FILES, [max_files, max_bytes, max_total, max_entries,
-                                                                max_skipped]))
-        return listing["files"], listing["skipped"]
+        bounds = [max_files, max_bytes, max_total, max_entries, max_skipped]
+        try:
+            listing = await self._helper(_LIST_FILES, bounds)
+        except HelperKilled:  # a listing that met the rollout's end: read-only, so read again once
+            await asyncio.sleep(0.05)
+            listing = await self._helper(_LIST_FILES, bounds)
+        parsed = orjson.loads(listing)
+        return parsed["files"], parsed["skipped"]
 
     @staticmethod
     def kill_group(pgid: int) -> None:

@@ -11,6 +11,7 @@ import ctypes
 import os
 import stat
 import subprocess
+import time
 from typing import Iterator
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -54,18 +55,33 @@ class HiddenFiles(RuntimeError):
     """A process of the uid made its open files unreadable (``PR_SET_DUMPABLE`` 0): what it holds cannot be counted."""
 
 
+# The kernel makes a process non-dumpable when it changes uid, until it execs: a command the root
+# service starts in a sandbox (a setup or verify command, a file helper) is unreadable for that moment.
+# Only a process still unreadable after this grace is hiding its files.
+HIDDEN_GRACE_S = 1.0
+
+
+def _fd_names(pid: int, grace_s: float = HIDDEN_GRACE_S) -> list[str]:
+    """Names in ``/proc/<pid>/fd`` ([] for a process gone); raises ``HiddenFiles`` for a live process
+    whose table stays closed to the caller for ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            return os.listdir(f"/proc/{pid}/fd")
+        except PermissionError:
+            if time.monotonic() >= deadline:
+                raise HiddenFiles(f"process {pid} hides its open files (not dumpable)") from None
+            time.sleep(0.01)
+        except OSError:
+            return []
+
+
 def _open_files(pids: list[int]) -> Iterator[tuple[str, os.stat_result]]:
     """(link target, stat) of each distinct memfd or deleted file the processes hold open (call it
-    ``as_uid`` of the processes); raises ``HiddenFiles`` for a live process whose table is closed to it."""
+    ``as_uid`` of the processes); raises ``HiddenFiles`` for a live process whose table stays closed to it."""
     seen = set()
     for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except PermissionError:
-            raise HiddenFiles(f"process {pid} hides its open files (not dumpable)") from None
-        except OSError:
-            continue
-        for fd in fds:
+        for fd in _fd_names(pid):
             try:
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
                 if not (target.startswith("/memfd:") or target.endswith(" (deleted)")):
