@@ -79,11 +79,16 @@ venv: ## create the Python environment the tests and benchmarks run in
 	VENV=$(VENV) scripts/make-test-venv.sh
 
 test: PURPOSE = test
-test: preflight venv build ## the test suite: in-process and container tests (the Swarm test: make test-swarm)
-	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m "not swarm" $(PYTEST_ARGS)
+# The Swarm test runs in its own pytest session after the rest: this engine joins a swarm only once
+# the other modules' containers (session fixtures included) are gone. Both run even if one fails.
+test: preflight venv build ## the test suite: in-process and container tests, then the two-node Docker Swarm test
+	@status=0; export TESTCONTAINERS_RYUK_DISABLED=true $(BASE); \
+	$(PYTHON) -m pytest -m "not swarm" $(PYTEST_ARGS) || status=1; \
+	$(PYTHON) -m pytest -m swarm $(PYTEST_ARGS) || status=1; \
+	exit $$status
 
 test-swarm: PURPOSE = test
-test-swarm: preflight venv build ## only the Docker Swarm test (this engine joins a two-node swarm and leaves it)
+test-swarm: preflight venv build ## only the Docker Swarm test (this engine makes a two-node swarm and leaves it)
 	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m swarm $(PYTEST_ARGS)
 
 test-unit: venv ## only the fast in-process tests
