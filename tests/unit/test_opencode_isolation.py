@@ -142,8 +142,9 @@ def test_a_seat_port_counts_as_ours_only_if_our_process_group_listens_on_it(tmp_
 STRAY_UID = 61999  # no account, no sandbox: a uid only this test runs as
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter may sit where that uid cannot reach
 
-# Holds a 4 MB memfd. "hide": non-dumpable for good (/proc/<pid>/fd closes to the uid); "blink":
-# non-dumpable for 0.3 s, as the kernel leaves a command the root service starts as the uid until it execs.
+# Holds a 4 MB memfd and is non-dumpable (/proc/<pid>/fd closed to the uid) for argv[1] seconds, or
+# for good with "forever": a moment of it is what the kernel does to a command the root service
+# starts as the uid, until it execs.
 HOLD_MEMFD = """
 import ctypes, os, sys, time
 prctl = ctypes.CDLL(None).prctl
@@ -151,34 +152,58 @@ fd = os.memfd_create("held")
 os.write(fd, b"x" * (4 << 20))
 prctl(4, 0)  # PR_SET_DUMPABLE 0
 print("hidden", flush=True)
-if sys.argv[1] == "blink":
-    time.sleep(0.3)
+if sys.argv[1] != "forever":
+    time.sleep(float(sys.argv[1]))
     prctl(4, 1)
 time.sleep(30)
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
-                    reason="starts a system Python as another uid: needs root")
-@pytest.mark.parametrize("mode", ["blink", "hide"])
-def test_a_moment_of_unreadable_files_is_waited_out_and_hiding_for_good_is_caught(mode: str) -> None:
+def _hold_as_stray_uid(hidden: str):
     import subprocess
-
-    from opencode_env_server.usage import HiddenFiles, memory_bytes
 
     def demote() -> None:
         os.setgid(STRAY_UID)
         os.setuid(STRAY_UID)
 
-    holder = subprocess.Popen([SYSTEM_PYTHON, "-I", "-S", "-c", HOLD_MEMFD, mode], stdout=subprocess.PIPE, text=True,
-                              preexec_fn=demote, cwd="/")
+    holder = subprocess.Popen([SYSTEM_PYTHON, "-I", "-S", "-c", HOLD_MEMFD, hidden], stdout=subprocess.PIPE,
+                              text=True, preexec_fn=demote, cwd="/")
+    assert holder.stdout.readline() == "hidden\n"
+    return holder
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+                                reason="starts a system Python as another uid: needs root")
+
+
+@needs_root
+@pytest.mark.parametrize("hidden", ["0.3", "forever"])
+def test_a_moment_of_unreadable_files_is_waited_out_and_hiding_for_good_is_caught(hidden: str) -> None:
+    from opencode_env_server.usage import HiddenFiles, memory_bytes
+
+    holder = _hold_as_stray_uid(hidden)
     try:
-        assert holder.stdout.readline() == "hidden\n"
-        if mode == "blink":
-            assert memory_bytes(STRAY_UID) >= 4 << 20  # counted once readable again: its memfd is in no resident set
-        else:
+        if hidden == "forever":
             with pytest.raises(HiddenFiles, match=f"process {holder.pid} hides"):
                 memory_bytes(STRAY_UID)
+        else:
+            assert memory_bytes(STRAY_UID) >= 4 << 20  # counted once readable: its memfd is in no resident set
     finally:
         holder.kill()
         holder.wait()
+
+
+@needs_root
+def test_the_grace_is_one_budget_per_scan_not_per_process() -> None:
+    from opencode_env_server.usage import HiddenFiles, _open_files, as_uid
+
+    # Each alone is readable within the 2 s grace (after 1.5 s, then 1.5 s more), not both in one scan.
+    first = _hold_as_stray_uid("1.5")
+    second = _hold_as_stray_uid("3")
+    try:
+        with as_uid(STRAY_UID), pytest.raises(HiddenFiles, match=f"process {second.pid} hides"):
+            list(_open_files([first.pid, second.pid], grace_s=2.0))
+    finally:
+        for holder in (first, second):
+            holder.kill()
+            holder.wait()

@@ -57,14 +57,14 @@ class HiddenFiles(RuntimeError):
 
 # The kernel makes a process non-dumpable when it changes uid, until it execs: a command the root
 # service starts in a sandbox (a setup or verify command, a file helper) is unreadable for that moment.
-# Only a process still unreadable after this grace is hiding its files.
+# Only a process still unreadable after this grace is hiding its files. The grace is one budget per
+# scan, not per process: many processes that each blink unreadable cannot stretch one scan.
 HIDDEN_GRACE_S = 1.0
 
 
-def _fd_names(pid: int, grace_s: float = HIDDEN_GRACE_S) -> list[str]:
+def _fd_names(pid: int, deadline: float) -> list[str]:
     """Names in ``/proc/<pid>/fd`` ([] for a process gone); raises ``HiddenFiles`` for a live process
-    whose table stays closed to the caller for ``grace_s``."""
-    deadline = time.monotonic() + grace_s
+    whose table is still closed to the caller at ``deadline`` (``time.monotonic()``)."""
     while True:
         try:
             return os.listdir(f"/proc/{pid}/fd")
@@ -76,12 +76,14 @@ def _fd_names(pid: int, grace_s: float = HIDDEN_GRACE_S) -> list[str]:
             return []
 
 
-def _open_files(pids: list[int]) -> Iterator[tuple[str, os.stat_result]]:
+def _open_files(pids: list[int], grace_s: float = HIDDEN_GRACE_S) -> Iterator[tuple[str, os.stat_result]]:
     """(link target, stat) of each distinct memfd or deleted file the processes hold open (call it
-    ``as_uid`` of the processes); raises ``HiddenFiles`` for a live process whose table stays closed to it."""
+    ``as_uid`` of the processes); raises ``HiddenFiles`` for a live process whose table stays closed
+    to it past the scan's ``grace_s``."""
     seen = set()
+    deadline = time.monotonic() + grace_s
     for pid in pids:
-        for fd in _fd_names(pid):
+        for fd in _fd_names(pid, deadline):
             try:
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
                 if not (target.startswith("/memfd:") or target.endswith(" (deleted)")):
