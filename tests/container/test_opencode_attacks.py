@@ -8,7 +8,6 @@ keeps serving. See services/opencode_env/README.md "Threat model".
 
 import concurrent.futures
 import json
-import os
 import socket
 import threading
 import time
@@ -144,10 +143,11 @@ def test_listing_files_never_reads_outside_the_work_dir(opencode_env) -> None:
     rollout, out = run_attack(url, FILES_RACE)
     try:
         assert "racing" in out, out
-        for _ in range(int(os.environ.get("RLSTACK_LISTINGS", "30"))):
+        for _ in range(30):
             files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files", timeout=30)
-            status = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}", timeout=30).json()
-            assert files.status_code == 200, (files.text, status["status"], status["detail"])
+            if files.status_code != 200:  # say which kill it met: the rollout's own state
+                status = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}", timeout=30).json()
+                pytest.fail(f"{files.status_code} {files.text}; rollout {status['status']}: {status['detail']}")
             leaked = {name: text[:80] for name, text in files.json().items() if text not in ("decoy", "")}
             leaked.pop("attack.py", None)
             assert not leaked, leaked
