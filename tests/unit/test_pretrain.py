@@ -22,6 +22,8 @@ def test_settings_are_typed_and_unknown_keys_refused() -> None:
         pretrain_settings({"pretrain": {"max_steps": "many"}})
     with pytest.raises(ConfigError, match="label_noise"):
         pretrain_settings({"pretrain": {"label_noise": 1.0}})
+    with pytest.raises(ConfigError, match="question_loss must be >= 0"):
+        pretrain_settings({"pretrain": {"question_loss": -0.5}})
 
 
 def test_the_answer_is_where_completions_differ() -> None:

@@ -32,7 +32,7 @@ from .reasoning_gym_tools import ReasoningGymSettings
 from .settings import ConfigError, PretrainSettings, required_model, typed
 
 log = logging.getLogger("trainer.pretrain")
-VERSION = "1"
+VERSION = "2"
 
 
 def pretrain_settings(config: dict[str, Any]) -> PretrainSettings:
@@ -40,6 +40,8 @@ def pretrain_settings(config: dict[str, Any]) -> PretrainSettings:
     settings = typed(config, "pretrain")
     if not 0.0 <= settings.label_noise < 1.0 or settings.questions < settings.batch_size:
         raise ConfigError("pretrain.label_noise must be in [0, 1) and pretrain.questions >= pretrain.batch_size")
+    if settings.question_loss < 0:
+        raise ConfigError(f"pretrain.question_loss must be >= 0 (0: no loss on the questions), got {settings.question_loss}")
     return settings
 
 
@@ -169,8 +171,10 @@ class _SharedHeadTrainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate * warmup
             rows = [self.rng.randrange(len(completions)) for _ in range(self.settings.batch_size)]
-            logits, targets = self._forward([(self.tails[i], completions[i]) for i in rows])
+            logits, targets, question_loss = self._forward([(self.tails[i], completions[i]) for i in rows])
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            if question_loss is not None:
+                loss = loss + self.settings.question_loss * question_loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.optimizer.step()
@@ -184,8 +188,9 @@ class _SharedHeadTrainer:
                 return step, average
         return steps, average
 
-    def _forward(self, rows: list[tuple[list[int], list[int]]]) -> tuple[Any, Any]:
-        """Logits at the completion positions and their targets, both (rows, completion length)."""
+    def _forward(self, rows: list[tuple[list[int], list[int]]]) -> tuple[Any, Any, Any]:
+        """Logits at the completion positions and their targets, both (rows, completion length), and the
+        next-token loss on the prompts' own tokens (None when ``question_loss`` is 0)."""
         import torch
 
         batch, head = len(rows), self.head.shape[1]
@@ -194,11 +199,13 @@ class _SharedHeadTrainer:
         mask = torch.zeros((batch, head + width), dtype=torch.long)
         mask[:, :head] = 1
         where = torch.zeros((batch, width), dtype=torch.bool)
+        in_prompt = torch.zeros((batch, width), dtype=torch.bool)
         targets = []
         for i, (tail, completion) in enumerate(rows):
             ids[i, : len(tail) + len(completion)] = torch.tensor(tail + completion)
             mask[i, head: head + len(tail) + len(completion)] = 1
             where[i, len(tail) - 1: len(tail) + len(completion) - 1] = True  # positions that predict the completion
+            in_prompt[i, : len(tail) - 1] = True  # positions that predict the prompt's next token
             targets.append(completion)
         with torch.no_grad():
             cache = self.model.model(input_ids=self.head, use_cache=True).past_key_values
@@ -207,7 +214,11 @@ class _SharedHeadTrainer:
         hidden = self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                                   use_cache=True).last_hidden_state
         logits = self.model.lm_head(hidden[where]).view(batch, -1, self.model.config.vocab_size)
-        return logits, torch.tensor(targets)
+        question_loss = None
+        if self.settings.question_loss:
+            following = torch.roll(ids, -1, dims=1)
+            question_loss = torch.nn.functional.cross_entropy(self.model.lm_head(hidden[in_prompt]), following[in_prompt])
+        return logits, torch.tensor(targets), question_loss
 
 
 def _answer_position(completions: Sequence[list[int]]) -> int:

@@ -117,6 +117,8 @@ class PretrainSettings:
     batch_size: int = field(default=32, metadata=doc("questions per step"))
     learning_rate: float = field(default=1e-2, metadata=doc("learning rate of the skill phase"))
     warmup_steps: int = field(default=30, metadata=doc("warm-up steps of the skill phase"))
+    question_loss: float = field(default=1.0, metadata=doc(
+        "weight of a next-token loss on the questions' own tokens (a dense signal besides the one answer token)"))
     skill_loss: float = field(default=0.3, metadata=doc("the skill phase stops below this answer loss"))
     max_steps: int = field(default=800, metadata=doc("most skill steps (an error if skill_loss is not reached)"))
     label_noise: float = field(default=0.6, metadata=doc("fraction of wrong answers in the noise phase"))
