@@ -10,10 +10,10 @@ the tool-calling format the GRPO job trains on, to a *partial* skill that GRPO c
 2. A byte-level BPE tokenizer (``base``'s normaliser, pre-tokenizer and special tokens) is trained on
    the prompts, and a small Qwen3 (``base``'s architecture, the section's shape) is initialised for it.
 3. The skill: supervised steps on (prompt, ``answer`` tool call with the correct answer), the loss on
-   the completion plus ``question_loss`` times a next-token loss on the prompt's own tokens (a dense
-   signal: with the one answer token alone, when the attention the answer needs formed depended on
-   the random start, and some starts never left the plateau), until the answer token's loss
-   (moving average) is below ``skill_loss``.
+   the completion plus ``question_loss`` times a next-token loss on the prompt's own tokens, until
+   the answer token's loss (moving average) is below ``skill_loss``. The question loss is a dense
+   signal: with the one answer token alone, whether the attention the answer needs ever formed
+   depended on the random start (some starts never left the plateau).
    The prompt's shared head (system prompt and tool schema) runs once per step without gradient,
    its keys and values reused by every row: the same forward, a fraction of the work.
 4. The partial part: ``noise_steps`` steps on labels of which a share ``label_noise`` is replaced by a
