@@ -61,7 +61,7 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         log, restarted = [], False
         for line in job.stdout:  # the job's own output, as a user sees it
             log.append(line)
-            if not restarted and line.startswith("step 2/"):
+            if not restarted and line.startswith("[grpo] step 2/"):
                 subprocess.run([*compose, "restart", "reasoning-gym-env"], cwd=ROOT, env=env, check=True)
                 restarted = True
         job.wait(timeout=60)
@@ -69,8 +69,13 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         code = subprocess.run([*compose, "ps", "--all", "--format", "{{.ExitCode}}", "trainer"], cwd=ROOT, env=env,
                               check=True, capture_output=True, text=True).stdout.strip()
         assert code == "0", text[-5000:]
-        assert restarted and f"step {E2E_STEPS}/{E2E_STEPS} | reward" in text and "finished" in text
-        assert f"step {E2E_ASYNC_STEPS}/{E2E_ASYNC_STEPS} | reward" in text  # then AsyncGRPO on OpenCode
+        assert restarted and f"[grpo] step {E2E_STEPS}/{E2E_STEPS} | reward" in text
+        assert f"[async-grpo] step {E2E_ASYNC_STEPS}/{E2E_ASYNC_STEPS} | reward" in text  # AsyncGRPO beside it
+        # Both closing texts again at the end, GRPO's (with the held-out accuracy) last.
+        closing = text[text.rindex("[async-grpo] done"):]
+        assert f"[async-grpo] finished {E2E_ASYNC_STEPS} optimizer steps" in closing
+        assert re.search(r"\[grpo\] done\n\[grpo\] finished \d+ optimizer steps\n", closing)
+        assert re.search(r"\[grpo\] held-out accuracy \(greedy, 200 questions\).*\n2 jobs side by side in", closing)
 
         out = tmp_path / "outputs"
         subprocess.run([*compose, "cp", "trainer:/outputs", str(out)], cwd=ROOT, env=env, check=True)

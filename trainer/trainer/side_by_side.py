@@ -1,0 +1,98 @@
+"""``python -m trainer.side_by_side --job JOB=CONFIG [--job JOB=CONFIG ...]``: training jobs at once.
+
+Each job runs as ``python -m trainer JOB --config CONFIG`` (same environment, so ``TRAINER_*``
+overrides reach it); its output lines are prefixed with ``[JOB]``. When all have ended, each job's
+closing text (from its ``finished N optimizer steps`` line on) is printed again, in the order given,
+and the exit status is the first failing job's (0 if none failed). SIGTERM/SIGINT stop every job.
+
+Why the default job uses it: one job alone leaves a small host's cores partly idle (CPU GRPO keeps
+about 1.1 of 2 cores busy; AsyncGRPO waits on OpenCode's server start-ups), so its two jobs run at
+once (docs/benchmarks.md: the CPU default job).
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional, TextIO
+
+CLOSING = "finished "  # summarize()'s first line: "finished N optimizer steps"
+
+
+@dataclass
+class Job:
+    """One job: its label, its command, and what it printed from its closing text on."""
+
+    label: str
+    argv: list[str]
+    closing: list[str] = field(default_factory=list)
+    process: Optional[subprocess.Popen] = None
+
+
+def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout) -> int:
+    """Start every job, relay their output line by line with ``[label]`` prefixes, wait for all of
+    them; returns the first failing job's exit status, else 0."""
+    started = time.monotonic()
+    lock = threading.Lock()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for job in jobs:
+        job.process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                       text=True, bufsize=1, errors="replace")
+    relays = [threading.Thread(target=_relay, args=(job, out, lock), daemon=True) for job in jobs]
+    for relay in relays:
+        relay.start()
+    previous = {sig: signal.signal(sig, lambda *_: _stop(jobs)) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        codes = [job.process.wait() for job in jobs]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for relay in relays:
+        relay.join(timeout=10)
+    for job, code in zip(jobs, codes):
+        print(f"[{job.label}] " + (f"exited with {code}" if code else "done"), file=out)
+        for line in job.closing:
+            print(f"[{job.label}] {line}", file=out)
+    minutes, seconds = divmod(round(time.monotonic() - started), 60)
+    failed = [job.label for job, code in zip(jobs, codes) if code]
+    print(f"{len(jobs)} jobs side by side in {minutes} min {seconds:02d} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), file=out, flush=True)
+    return next((code for code in codes if code), 0)
+
+
+def _relay(job: Job, out: TextIO, lock: threading.Lock) -> None:
+    for line in job.process.stdout:
+        line = line.rstrip("\n")
+        if line.startswith(CLOSING) or job.closing:
+            job.closing.append(line)
+        with lock:
+            print(f"[{job.label}] {line}", file=out, flush=True)
+
+
+def _stop(jobs: list[Job]) -> None:
+    for job in jobs:
+        if job.process is not None and job.process.poll() is None:
+            job.process.terminate()
+
+
+def parse_job(text: str) -> Job:
+    """``JOB=CONFIG`` -> the job ``python -m trainer JOB --config CONFIG``."""
+    name, sep, config = text.partition("=")
+    if not sep or not name or not config:
+        raise argparse.ArgumentTypeError(f"expected JOB=CONFIG (e.g. grpo=grpo-cpu.yaml), got {text!r}")
+    return Job(name, [sys.executable, "-m", "trainer", name, "--config", config])
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.side_by_side", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--job", dest="jobs", action="append", type=parse_job, required=True, metavar="JOB=CONFIG")
+    return run_side_by_side(parser.parse_args(argv).jobs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
