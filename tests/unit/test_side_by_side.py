@@ -35,6 +35,14 @@ def test_output_is_prefixed_and_closing_texts_come_again_in_the_order_given():
     assert tail[6].startswith("2 jobs side by side in 0 min") and "failed" not in tail[6]
 
 
+def test_stderr_stays_stderr_and_progress_redraws_keep_the_prefix():
+    out, err = io.StringIO(), io.StringIO()
+    bar = [sys.executable, "-c", "import sys; sys.stderr.write('training: 1/2\\rtraining: 2/2\\n'); print('step 2/2')"]
+    assert run_side_by_side([Job("grpo", bar)], out, err) == 0
+    assert err.getvalue() == "[grpo] training: 1/2\r[grpo] training: 2/2\n"
+    assert out.getvalue().startswith("[grpo] step 2/2\n")
+
+
 def test_a_failing_job_fails_the_run_after_the_others_have_finished():
     out = io.StringIO()
     jobs = [Job("grpo", script("config error", code=2)),

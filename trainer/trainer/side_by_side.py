@@ -1,7 +1,8 @@
 """``python -m trainer.side_by_side --job JOB=CONFIG [--job JOB=CONFIG ...]``: training jobs at once.
 
 Each job runs as ``python -m trainer JOB --config CONFIG`` (same environment, so ``TRAINER_*``
-overrides reach it); its output lines are prefixed with ``[JOB]``. When all have ended, each job's
+overrides reach it); its output lines are prefixed with ``[JOB]``, stdout to stdout and stderr (log
+records, progress bars: every ``\r`` redraw keeps the prefix) to stderr. When all have ended, each job's
 closing text (from its ``finished N optimizer steps`` line on) is printed again, in the order given,
 and the exit status is the first failing job's (0 if none failed). SIGTERM/SIGINT stop every job.
 
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional, TextIO
+from typing import BinaryIO, Optional, TextIO
 
 CLOSING = "finished "  # summarize()'s first line: "finished N optimizer steps"
 
@@ -33,16 +34,16 @@ class Job:
     process: Optional[subprocess.Popen] = None
 
 
-def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout) -> int:
+def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Start every job, relay their output line by line with ``[label]`` prefixes, wait for all of
     them; returns the first failing job's exit status, else 0."""
     started = time.monotonic()
     lock = threading.Lock()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for job in jobs:
-        job.process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                       text=True, bufsize=1, errors="replace")
-    relays = [threading.Thread(target=_relay, args=(job, out, lock), daemon=True) for job in jobs]
+        job.process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    relays = [threading.Thread(target=_relay, args=(job, stream, target, lock), daemon=True)
+              for job in jobs for stream, target in ((job.process.stdout, out), (job.process.stderr, err))]
     for relay in relays:
         relay.start()
     previous = {sig: signal.signal(sig, lambda *_: _stop(jobs)) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -64,13 +65,14 @@ def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout) -> int:
     return next((code for code in codes if code), 0)
 
 
-def _relay(job: Job, out: TextIO, lock: threading.Lock) -> None:
-    for line in job.process.stdout:
-        line = line.rstrip("\n")
-        if line.startswith(CLOSING) or job.closing:
+def _relay(job: Job, stream: BinaryIO, target: TextIO, lock: threading.Lock) -> None:
+    prefix = f"[{job.label}] "
+    for raw in stream:  # split on "\n" only: a progress bar's "\r" redraws stay on their line
+        line = raw.decode(errors="replace").rstrip("\n")
+        if stream is job.process.stdout and (line.startswith(CLOSING) or job.closing):
             job.closing.append(line)
         with lock:
-            print(f"[{job.label}] {line}", file=out, flush=True)
+            print(prefix + line.replace("\r", "\r" + prefix), file=target, flush=True)
 
 
 def _stop(jobs: list[Job]) -> None:
