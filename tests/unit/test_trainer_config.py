@@ -14,7 +14,7 @@ import yaml
 from trainer.__main__ import main
 from trainer.config import ConfigError, bundled_config, load_config
 from trainer.settings import SECTIONS, TrainerConfig, typed
-from trainer.reporting import format_step, summarize
+from trainer.reporting import format_step, summarize, trailing_mean
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -128,3 +128,8 @@ def test_step_line_and_summary():
     text = summarize(records, {"metrics": Path("/o/metrics.jsonl"), "plot": None}, window=2)
     assert "first 2 steps 0.050, last 2 steps 0.350 (+0.300)" in text
     assert "metrics: /o/metrics.jsonl" in text and "plot" not in text
+
+
+def test_trailing_mean_averages_each_step_with_the_steps_before_it():
+    assert trailing_mean([1.0, 0.0, 0.5, 1.0, 0.0], 2) == [1.0, 0.5, 0.25, 0.75, 0.5]
+    assert trailing_mean([0.2, 0.4, 0.9], 5) == pytest.approx([0.2, 0.3, 0.5])

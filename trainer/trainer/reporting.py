@@ -2,7 +2,7 @@
 
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 # TRL's log keys, in the order the step line shows them.
 STEP_FIELDS = (("reward", "reward {:.3f}"), ("reward_std", "± {:.3f}"), ("loss", "loss {:.3g}"), ("kl", "kl {:.3g}"),
@@ -27,11 +27,21 @@ def format_step(step: int, total: int, record: dict[str, Any]) -> str:
     return " | ".join(parts).replace(" | ±", " ±")
 
 
+def trailing_mean(values: Sequence[float], window: int) -> list[float]:
+    """The mean of each value and the up to ``window - 1`` values before it."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
 def plot_rewards(records: list[dict[str, Any]], path: Path, title: str,
                  held_out: Optional[tuple[str, float, float]] = None) -> Optional[Path]:
-    """Reward mean (± std band) per step as a PNG, with the held-out accuracy before (step 0) and
-    after (last step) training when given as ``(mode, before, after)``; None when no step logged a reward."""
-    points = [(r["step"], r["reward"], r.get("reward_std") or 0.0) for r in records if r.get("reward") is not None]
+    """Reward mean per step as a PNG, its trailing mean over a tenth of the run (runs of 20 steps or
+    more), and the held-out accuracy before (step 0) and after (last step) training when given as
+    ``(mode, before, after)``; None when no step logged a reward."""
+    points = [(r["step"], r["reward"]) for r in records if r.get("reward") is not None]
     if not points:
         return None
     import matplotlib
@@ -39,11 +49,13 @@ def plot_rewards(records: list[dict[str, Any]], path: Path, title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps, means, stds = zip(*points)
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot(steps, means, marker="o", label="reward (mean over the batch)")
-    ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)], alpha=0.2,
-                    label="± std")
+    steps, means = zip(*points)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    ax.plot(steps, means, marker="o", markersize=3, linewidth=0.8, alpha=0.45, label="reward (mean over the batch)")
+    window = len(steps) // 10
+    if window >= 2:
+        ax.plot(steps, trailing_mean(means, window), linewidth=2.2, color="tab:blue",
+                label=f"reward, mean of the last {window} steps")
     if held_out is not None:
         mode, before, after = held_out
         ax.plot([0, steps[-1]], [before, after], marker="s", linestyle="--", color="tab:red",
@@ -52,7 +64,7 @@ def plot_rewards(records: list[dict[str, Any]], path: Path, title: str,
     ax.set_ylabel("reward")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="best")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
