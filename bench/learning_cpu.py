@@ -5,7 +5,8 @@ reasoning-gym env image on a private Docker network: `model-init`'s base model, 
 pre-training (once: it is deterministic), then the GRPO job once per seed. Prints the pre-training
 time, and per seed: held-out accuracy (sampled at the training temperature, and greedy) before and
 after training with the paired 95% interval of the change, the training reward of the first and
-last steps, and wall time per phase (evaluation before, training, evaluation after). Targets live
+last steps, and wall time per phase (evaluation before, training, evaluation after); then each
+seed's training reward curve (mean per 10 steps) and on how many seeds the target was met. Targets live
 here, not in tests: +20 points sampled, every seed; the whole default job (with the OpenCode part,
 `bench/opencode_learning_cpu.py`) within 8 minutes.
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from containers import pretraining_setup
 
 TARGET_POINTS, TARGET_SECONDS = 20.0, 8 * 60
+BLOCK = 10  # steps per point of the printed reward curve
 STAMP = re.compile(r"^(\d\d:\d\d:\d\d) INFO trainer\.(?:grpo|evaluate): (GRPO:|held-out evaluation \((before|after)\))")
 
 
@@ -38,6 +40,11 @@ def phases(log: str) -> dict[str, float]:
         return {}
     return {"eval before + load": (marks["before"] - marks["start"]).total_seconds(),
             "train + eval after": (marks["after"] - marks["before"]).total_seconds()}
+
+
+def reward_curve(rewards: list[float], block: int) -> str:
+    """The mean reward of each ``block`` steps, e.g. ``0.41 0.46 0.70``."""
+    return " ".join(f"{sum(b) / len(b):.2f}" for b in (rewards[i:i + block] for i in range(0, len(rewards), block)))
 
 
 def main() -> None:
@@ -59,6 +66,7 @@ def main() -> None:
               f"sampled, <= {TARGET_SECONDS / 60:g} min")
         print(f"{'seed':>5}{'sampled before':>16}{'after':>8}{'change (95% CI)':>24}{'greedy before':>15}{'after':>8}"
               f"{'reward first/last 3':>21}{'job s':>8}  phases")
+        curves, gains = {}, {}
         for seed in args.seeds:
             with tempfile.TemporaryDirectory(prefix="rlstack-learn-") as out:
                 Path(out).chmod(0o777)
@@ -81,6 +89,12 @@ def main() -> None:
                   f"{100 * greedy.get('before', 0):>14.1f}%{100 * greedy.get('after', 0):>7.1f}%"
                   f"{sum(rewards[:n]) / n:>12.3f} / {sum(rewards[-n:]) / n:.3f}{seconds:>8.0f}  "
                   + ", ".join(f"{k} {v:.0f} s" for k, v in phases(run.stdout + run.stderr).items()))
+            curves[seed], gains[seed] = rewards, sampled["points"]
+        print(f"\ntraining reward, mean of each {BLOCK} steps:")
+        for seed, rewards in curves.items():
+            print(f"{seed:>5}  {reward_curve(rewards, BLOCK)}")
+        met = sum(points >= TARGET_POINTS for points in gains.values())
+        print(f"held-out gain >= +{TARGET_POINTS:g} pts sampled: {met} of {len(gains)} seeds")
 
 
 if __name__ == "__main__":
