@@ -2,15 +2,18 @@
 allow-list, trace permissions and restart records, disk accounting, log rate limiting."""
 
 import asyncio
+import io
+import json
 import logging
 import os
 import stat
+import sys
 
 import pytest
 from opencode_env_server.logs import RateLimit
 from opencode_env_server.proxy import request_error
 from opencode_env_server.rollouts import Prepared, RolloutManager
-from opencode_env_server.sandbox import Sandbox
+from opencode_env_server.sandbox import _LIST_FILES, Sandbox
 from opencode_env_server.settings import Settings, normalize_upstream
 from opencode_env_client.models import FINAL, INFRA_FAILURE, Limits, RolloutRequest, Task
 from opencode_env_server.trace import TraceStore
@@ -92,6 +95,26 @@ def test_disk_usage_counts_blocks_once_and_follows_no_link(tmp_path) -> None:
     finally:
         os.close(fd)
     assert (256 << 10) <= used < (1 << 20)
+
+
+def test_listing_skips_a_name_that_is_a_directory_by_the_time_it_is_opened(tmp_path, monkeypatch, capsys) -> None:
+    # The agent swaps a directory and a symlink: the walk saw "x" as a link, the open finds a directory.
+    (tmp_path / "a.py").write_text("print(1)")
+    (tmp_path / "x").mkdir()
+    walk = os.fwalk
+
+    def raced(*args, **kwargs):
+        for root, dirs, names, root_fd in walk(*args, **kwargs):
+            if "x" in dirs:
+                dirs.remove("x")
+                names.append("x")
+            yield root, dirs, names, root_fd
+
+    monkeypatch.setattr(os, "fwalk", raced)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("[64, 65536, 1048576, 20000, 256]"))
+    exec(_LIST_FILES, {})
+    assert json.loads(capsys.readouterr().out) == {"files": {"a.py": "print(1)"}, "skipped": []}
 
 
 def test_rate_limit_passes_a_burst_then_counts_what_it_dropped(monkeypatch) -> None:

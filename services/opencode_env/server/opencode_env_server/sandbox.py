@@ -65,10 +65,11 @@ for root, dirs, names, root_fd in os.fwalk(".", follow_symlinks=False):
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=root_fd)
         except OSError:
             continue
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # a link walked as a file may be a directory again by now
+            os.close(fd)
+            continue
         with os.fdopen(fd, "rb") as f:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                continue
             if len(files) >= max_files or info.st_size > max_bytes or total + info.st_size > max_total:
                 if len(skipped) < max_skipped:
                     skipped.append(path)
