@@ -120,7 +120,7 @@ class PretrainSettings:
     question_loss: float = field(default=1.0, metadata=doc(
         "weight of a next-token loss on the questions' own tokens (a dense signal besides the one answer token)"))
     skill_loss: float = field(default=0.3, metadata=doc("the skill phase stops below this answer loss"))
-    max_steps: int = field(default=800, metadata=doc("most skill steps (an error if skill_loss is not reached)"))
+    max_steps: int = field(default=1600, metadata=doc("most skill steps (an error if skill_loss is not reached)"))
     label_noise: float = field(default=0.6, metadata=doc("fraction of wrong answers in the noise phase"))
     noise_steps: int = field(default=100, metadata=doc("steps of the noise phase (makes the policy unsure)"))
     noise_learning_rate: float = field(default=3e-3, metadata=doc("learning rate of the noise phase"))
