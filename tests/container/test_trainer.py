@@ -76,6 +76,44 @@ for name, rows in cases.items():
 print(json.dumps(out))
 """
 
+# The pre-training loss (the shared head run once without gradient, the rows padded into one batch)
+# against each row alone: the whole row in one forward gives the same loss; the row after the head's
+# cache (no gradient through the head, as in training) gives the same gradient.
+PRETRAIN_LOSS = """
+import copy, json, random, torch
+from transformers import AutoModelForCausalLM
+from trainer.pretrain import _SharedHeadTrainer
+from trainer.settings import PretrainSettings
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_pretrained("/models/a", dtype=torch.float32)
+head = torch.randint(10, 1000, (40,)).tolist()
+tails = [torch.randint(10, 1000, (n,)).tolist() for n in (3, 17, 5, 30, 9, 12)]
+completions = [[7, 8, int(a), 9] for a in torch.randint(10, 1000, (6,))]
+prompt_tokens = sum(len(t) - 1 for t in tails)
+def row_loss(logits, row, start):
+    ce = lambda at, n: torch.nn.functional.cross_entropy(logits[at: at + n], row[at + 1: at + 1 + n], reduction="sum")
+    tail = len(row) - start - 4
+    return ce(start + tail - 1, 4) / 24 + 0.5 * ce(start, tail - 1) / prompt_tokens, float(ce(start + tail + 1, 1)) / 6
+def grads():
+    g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]); model.zero_grad(); return g
+whole = [row_loss(model(input_ids=torch.tensor(head + t + c)[None]).logits[0], torch.tensor(head + t + c), len(head))
+         for t, c in zip(tails, completions)]
+with torch.no_grad():
+    cache = model(input_ids=torch.tensor(head)[None], use_cache=True).past_key_values
+for t, c in zip(tails, completions):
+    row = torch.tensor(t + c)
+    logits = model(input_ids=row[None], past_key_values=copy.deepcopy(cache), use_cache=True,
+                   position_ids=torch.arange(len(head), len(head) + len(row))[None]).logits[0]
+    row_loss(logits, row, 0)[0].backward()
+reference = grads()
+trainer = _SharedHeadTrainer(model, [head + t for t in tails], 0, PretrainSettings(question_loss=0.5), random.Random(0))
+loss, answer = trainer.loss(list(zip(trainer.tails, completions)), 2)
+loss.backward()
+print(json.dumps({"loss": abs(float(loss) - float(sum(w for w, _ in whole))),
+                  "answer": abs(answer - sum(a for _, a in whole)),
+                  "grad": float((grads() - reference).abs().max() / reference.abs().max())}))
+"""
+
 
 @pytest.fixture()
 def outputs() -> Iterator[Path]:
@@ -290,6 +328,12 @@ def test_async_grpo_scores_the_shared_prefix_once_with_the_same_logprobs_and_gra
         assert result["tokens"] == result["expected"], case
         assert result["value"] < 1e-4, (case, result)
         assert result["grad"] < 1e-4, (case, result)
+
+
+def test_pretrain_loss_of_a_padded_batch_is_that_of_its_rows_alone(trainer_image, models_volume):
+    result = json.loads(run_in_image(trainer_image, models_volume, "-c", PRETRAIN_LOSS).splitlines()[-1])
+    assert result["loss"] < 1e-5 and result["answer"] < 1e-5, result
+    assert result["grad"] < 1e-4, result
 
 
 def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(trainer_image, models_volume, network,

@@ -174,15 +174,11 @@ class _SharedHeadTrainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate * warmup
             rows = [self.rng.randrange(len(completions)) for _ in range(self.settings.batch_size)]
-            logits, targets, question_loss = self._forward([(self.tails[i], completions[i]) for i in rows])
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
-            if question_loss is not None:
-                loss = loss + self.settings.question_loss * question_loss
+            loss, answer_loss = self.loss([(self.tails[i], completions[i]) for i in rows], answer_at)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.optimizer.step()
             self.optimizer.zero_grad()
-            answer_loss = torch.nn.functional.cross_entropy(logits[:, answer_at].detach(), targets[:, answer_at]).item()
             average = answer_loss if step == 1 else self.EMA * average + (1 - self.EMA) * answer_loss
             if step % 50 == 0:
                 log.info("pretrain %s: step %d | loss %.4f | answer loss %.3f | %.0f s", phase, step, loss.item(),
@@ -190,6 +186,19 @@ class _SharedHeadTrainer:
             if stop_below is not None and average < stop_below:
                 return step, average
         return steps, average
+
+    def loss(self, rows: list[tuple[list[int], list[int]]], answer_at: int) -> tuple[Any, float]:
+        """The training loss of (prompt tail, completion) rows: the mean next-token loss on the
+        completions plus ``question_loss`` times the mean one on the prompts' tails; and the answer
+        token's mean loss (a float, for the stop criterion)."""
+        import torch
+
+        logits, targets, question_loss = self._forward(rows)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        if question_loss is not None:
+            loss = loss + self.settings.question_loss * question_loss
+        answer_loss = torch.nn.functional.cross_entropy(logits[:, answer_at].detach(), targets[:, answer_at]).item()
+        return loss, answer_loss
 
     def _forward(self, rows: list[tuple[list[int], list[int]]]) -> tuple[Any, Any, Any]:
         """Logits at the completion positions and their targets, both (rows, completion length), and the
