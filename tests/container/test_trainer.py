@@ -96,9 +96,9 @@ def row_loss(logits, row, start):
     return ce(start + tail - 1, 4) / 24 + 0.5 * ce(start, tail - 1) / prompt_tokens, float(ce(start + tail + 1, 1)) / 6
 def grads():
     g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]); model.zero_grad(); return g
-whole = [row_loss(model(input_ids=torch.tensor(head + t + c)[None]).logits[0], torch.tensor(head + t + c), len(head))
-         for t, c in zip(tails, completions)]
 with torch.no_grad():
+    whole = [row_loss(model(input_ids=torch.tensor(head + t + c)[None]).logits[0], torch.tensor(head + t + c), len(head))
+             for t, c in zip(tails, completions)]
     cache = model(input_ids=torch.tensor(head)[None], use_cache=True).past_key_values
 for t, c in zip(tails, completions):
     row = torch.tensor(t + c)
