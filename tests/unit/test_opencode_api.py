@@ -14,12 +14,13 @@ from opencode_env_server.run_rollout import request_for
 from opencode_env_server.settings import Provider, Settings
 
 INSTRUCTION = "Write solution.py."
+SYSTEM_PYTHON = "/usr/bin/python3"  # the sandbox uids run the file helpers; the venv's interpreter may be out of their reach
 
 
 def settings(tmp_path: Path, **overrides) -> Settings:
     base = dict(network_isolation=False, agent_prewarm=False, sandbox_root=tmp_path / "sandboxes",
                 traces_dir=tmp_path / "traces", inference_model="policy-model", max_concurrent_rollouts=2,
-                max_sessions=2, sandbox_uid_base=21000)
+                max_sessions=2, sandbox_uid_base=21000, verifier_uid_base=31000, helper_python=SYSTEM_PYTHON)
     return Settings(**{**base, **overrides})
 
 

@@ -13,7 +13,7 @@ import pytest
 from opencode_env_server.logs import RateLimit
 from opencode_env_server.proxy import request_error
 from opencode_env_server.rollouts import Prepared, RolloutManager
-from opencode_env_server.sandbox import _LIST_FILES, Sandbox
+from opencode_env_server.sandbox import Sandbox
 from opencode_env_server.settings import Settings, normalize_upstream
 from opencode_env_client.models import FINAL, INFRA_FAILURE, Limits, RolloutRequest, Task
 from opencode_env_server.trace import TraceStore
@@ -97,24 +97,23 @@ def test_disk_usage_counts_blocks_once_and_follows_no_link(tmp_path) -> None:
     assert (256 << 10) <= used < (1 << 20)
 
 
-def test_listing_skips_a_name_that_is_a_directory_by_the_time_it_is_opened(tmp_path, monkeypatch, capsys) -> None:
-    # The agent swaps a directory and a symlink: the walk saw "x" as a link, the open finds a directory.
+def test_listing_skips_a_name_that_is_a_directory_by_the_time_it_is_opened(tmp_path, monkeypatch) -> None:
+    # The agent swaps a directory and a symlink: the walk saw "x" as a file, the open finds a directory.
+    from opencode_env_server import inside
+
     (tmp_path / "a.py").write_text("print(1)")
     (tmp_path / "x").mkdir()
-    walk = os.fwalk
+    walk = inside.walk
 
     def raced(*args, **kwargs):
-        for root, dirs, names, root_fd in walk(*args, **kwargs):
-            if "x" in dirs:
-                dirs.remove("x")
-                names.append("x")
-            yield root, dirs, names, root_fd
+        for entry in walk(*args, **kwargs):
+            if entry.name == "x":
+                entry = type(entry)(entry.dir_fd, entry.path, entry.name, (tmp_path / "a.py").stat())
+            yield entry
 
-    monkeypatch.setattr(os, "fwalk", raced)
+    monkeypatch.setattr(inside, "walk", raced)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "stdin", io.StringIO("[64, 65536, 1048576, 20000, 256]"))
-    exec(_LIST_FILES, {})
-    assert json.loads(capsys.readouterr().out) == {"files": {"a.py": "print(1)"}, "skipped": []}
+    assert inside.listing(64, 65536, 1 << 20, 20000, 256) == {"files": {"a.py": "print(1)"}, "skipped": []}
 
 
 def test_rate_limit_passes_a_burst_then_counts_what_it_dropped(monkeypatch) -> None:
@@ -207,7 +206,7 @@ def test_a_moment_of_unreadable_files_is_waited_out_and_hiding_for_good_is_caugh
     holder = _hold_as_stray_uid(hidden)
     try:
         if hidden == "forever":
-            with pytest.raises(HiddenFiles, match=f"process {holder.pid} hides"):
+            with pytest.raises(HiddenFiles, match=f"process /proc/{holder.pid}/task/{holder.pid} hides"):
                 memory_bytes(STRAY_UID)
         else:
             assert memory_bytes(STRAY_UID) >= 4 << 20  # counted once readable: its memfd is in no resident set
@@ -218,14 +217,15 @@ def test_a_moment_of_unreadable_files_is_waited_out_and_hiding_for_good_is_caugh
 
 @needs_root
 def test_the_grace_is_one_budget_per_scan_not_per_process() -> None:
+    from opencode_env_server.processes import Process
     from opencode_env_server.usage import HiddenFiles, _open_files, as_uid
 
     # Each alone is readable within the 2 s grace (after 1.5 s, then 1.5 s more), not both in one scan.
     first = _hold_as_stray_uid("1.5")
     second = _hold_as_stray_uid("3")
     try:
-        with as_uid(STRAY_UID), pytest.raises(HiddenFiles, match=f"process {second.pid} hides"):
-            list(_open_files([first.pid, second.pid], grace_s=2.0))
+        with as_uid(STRAY_UID), pytest.raises(HiddenFiles, match=f"process /proc/{second.pid} hides"):
+            list(_open_files([Process(h.pid, f"/proc/{h.pid}") for h in (first, second)], grace_s=2.0))
     finally:
         for holder in (first, second):
             holder.kill()

@@ -52,11 +52,37 @@ class Limits(_Request):
 
 
 class TestCase(_Request):
-    """One held-out stdin/stdout test: the program's stdout must equal ``expected_stdout`` (trimmed)."""
+    """One held-out, output-compared test: the service feeds ``stdin`` to the task's ``test_command``
+    and compares its stdout with ``expected_stdout`` itself; the expected output never enters a
+    sandbox, so no code there can change the verdict (the check kind an agent cannot fool).
+
+    ``compare``: ``trimmed`` (default; both sides stripped of surrounding whitespace), ``exact``,
+    ``lines`` (trailing whitespace of each line and trailing empty lines ignored) or ``tokens``
+    (equal as whitespace-separated words)."""
 
     __test__ = False  # not a pytest class
     stdin: str = ""
     expected_stdout: str
+    compare: Literal["trimmed", "exact", "lines", "tokens"] = "trimmed"
+
+
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255
+
+
+def file_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot be a task file's path in the work dir (None if it can): it must be a
+    normalised relative path ("a/b.py", not "./a", "a/", "a//b" or "."), stay inside the work dir,
+    hold no NUL byte, and fit the file system's bounds."""
+    if not name or "\x00" in name:
+        return "must be a non-empty path without NUL bytes"
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts:
+        return "must be relative and stay inside the work dir"
+    if str(path) != name or name == ".":
+        return "must be a normalised path to a file (no '.', no empty or trailing '/' parts)"
+    if len(name.encode()) > MAX_PATH_BYTES or any(len(part.encode()) > MAX_NAME_BYTES for part in path.parts):
+        return f"longer than the file system allows ({MAX_PATH_BYTES} bytes, {MAX_NAME_BYTES} per name)"
+    return None
 
 
 class Task(_Request):
@@ -76,9 +102,14 @@ class Task(_Request):
     @classmethod
     def relative_paths(cls, files: dict[str, str]) -> dict[str, str]:
         for name in files:
-            path = PurePosixPath(name)
-            if not name or path.is_absolute() or ".." in path.parts:
-                raise ValueError(f"file path {name!r} must be relative and stay inside the work dir")
+            problem = file_name_problem(name)
+            if problem:
+                raise ValueError(f"file path {name!r}: {problem}")
+        names = set(files)
+        for name in files:  # a file cannot also be a directory of another
+            parents = PurePosixPath(name).parents
+            if clash := next((str(p) for p in parents if str(p) in names), None):
+                raise ValueError(f"file path {name!r} needs {clash!r} to be a directory, but it is a file")
         return files
 
 

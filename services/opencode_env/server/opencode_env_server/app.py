@@ -9,6 +9,7 @@ import aiohttp
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from . import landlock
 from .fast_path import ProxyFastPath
 from .firewall import SeatPorts, apply_network_rules
 from .http_api import api_router, service_error
@@ -37,13 +38,17 @@ def create_app(settings: Optional[Settings] = None) -> ProxyFastPath:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.network_isolation:
             apply_network_rules([SeatPorts(settings.seat_uid(i), settings.sandbox_proxy_port(i),
-                                           settings.agent_port_base + i) for i in range(manager.seats)])
+                                           settings.agent_port_base + i) for i in range(manager.seats)],
+                                [settings.verifier_uid(i) for i in range(manager.seats)])
             # Only in isolation mode, which assumes the service's own container: on a shared host
             # (benchmarks, debugging) /tmp and friends stay as they are.
             if closed := close_shared_dirs():
                 log.info("shared dirs no longer writable by sandbox uids: %s", ", ".join(closed))
         else:
             log.warning("SANDBOX_NETWORK_ISOLATION=off: agents can reach any address and shared temp dirs")
+        if not landlock.AVAILABLE:
+            log.warning("this kernel has no Landlock ABI %d (Linux 6.12): sandboxes of different rollouts can reach "
+                        "each other's abstract Unix sockets and a rollout's checks", landlock.SCOPED_ABI)
         await manager.recover()
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, keepalive_timeout=60)
         timeout = aiohttp.ClientTimeout(total=settings.upstream_timeout_s, connect=10.0)

@@ -5,7 +5,8 @@ from typing import Any, Optional
 import orjson
 from fastapi import FastAPI
 
-from .proxy import Send, request_error, send_error, send_warm_up_reply
+from .http_limits import BodyRefused, read_body, replay
+from .proxy import Send, refused_fields, request_error, send_body, send_error, send_warm_up_reply
 from .rollouts import LimitReached, RolloutManager
 from .settings import Settings
 
@@ -30,12 +31,24 @@ class ProxyFastPath:
         seat = self.settings.seat_of_proxy_port(scope["server"][1]) if scope.get("server") else None
         if scope["type"] == "http" and scope["path"] == self.PATH:
             await self.chat_completions(scope, receive, send, seat)
+        elif seat is None and scope["type"] == "http":
+            await self.bounded_api(scope, receive, send)
         elif seat is None:
             await self.api(scope, receive, send)
         elif scope["type"] == "http":
             await send_error(send, 404, "sandboxes reach only POST /v1/chat/completions")
         elif scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
+
+    async def bounded_api(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        """An API request whose body has been read within ``API_MAX_BODY_BYTES`` and the idle timeout."""
+        try:
+            body = await read_body(receive, dict(scope["headers"]).get(b"content-length"),
+                                   self.settings.api_max_body_bytes, self.settings.idle_timeout_s)
+        except BodyRefused as exc:
+            return await send_body(send, exc.status, orjson.dumps({"detail": {"message": exc.message}}))
+        if body is not None:
+            await self.api(scope, replay(body, receive), send)
 
     async def chat_completions(self, scope: dict[str, Any], receive: Any, send: Send, seat: Optional[int]) -> None:
         """Authenticate by the rollout's API key (before reading the body), read the body within
@@ -50,27 +63,20 @@ class ProxyFastPath:
         if rollout is None and not warming:
             return await send_error(send, 401, "unknown API key: each rollout's key is returned by POST /rollouts",
                                     "authentication_error")
-        limit = self.settings.max_body_bytes
-        declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > limit:
-            return await send_error(send, 413, f"request body of {int(declared)} bytes exceeds PROXY_MAX_BODY_BYTES={limit}")
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return await send_error(send, 413, f"request body exceeds PROXY_MAX_BODY_BYTES={limit}")
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
         try:
-            request = orjson.loads(b"".join(chunks))
+            body = await read_body(receive, headers.get(b"content-length"), self.settings.max_body_bytes,
+                                   self.settings.idle_timeout_s)
+        except BodyRefused as exc:
+            return await send_error(send, exc.status, f"{exc.message} (PROXY_MAX_BODY_BYTES)")
+        if body is None:
+            return
+        try:
+            request = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             return await send_error(send, 400, f"invalid JSON: {exc}")
         if (problem := request_error(request)) is not None:
+            return await send_error(send, 400, problem)
+        if rollout is not None and rollout.record_turns and (problem := refused_fields(request)) is not None:
             return await send_error(send, 400, problem)
         if warming:
             return await send_warm_up_reply(send, bool(request.get("stream")))

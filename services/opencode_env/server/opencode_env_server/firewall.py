@@ -4,7 +4,8 @@ Seat ``i`` (uid ``U``) may open connections only to ``127.0.0.1:<its sandbox pro
 serves nothing but ``POST /v1/chat/completions`` for that seat's rollout. On loopback it may also
 answer, from its own OpenCode server's port, connections the service opened to it. Everything else
 the uid sends is rejected: the service's API port, other seats' proxy and agent ports, other hosts,
-DNS, IPv6. A uid that binds another seat's agent port cannot answer on it.
+DNS, IPv6. A uid that binds another seat's agent port cannot answer on it. The uids that run the
+held-out checks (``VERIFIER_UID_BASE + i``) may send nothing at all.
 """
 
 import shutil
@@ -36,13 +37,15 @@ def _run(tool: str, *args: str, check: bool = True) -> subprocess.CompletedProce
     return subprocess.run([tool, *args], capture_output=True, text=True, check=check, timeout=30)
 
 
-def apply_network_rules(seats: list[SeatPorts]) -> None:
-    """(Re)write ``CHAIN`` for ``seats`` and send the uid range's output through it. Raises on failure."""
+def apply_network_rules(seats: list[SeatPorts], verifier_uids: list[int]) -> None:
+    """(Re)write ``CHAIN`` for ``seats`` and send the output of their uid range and of the verifiers'
+    uid range through it: verifiers get no ACCEPT rule, so their checks reach no address at all.
+    Raises on failure."""
     for tool in ("iptables", "ip6tables"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} is not installed")
-    uids = f"{min(s.uid for s in seats)}-{max(s.uid for s in seats)}"
-    jump = ["OUTPUT", "-m", "owner", "--uid-owner", uids, "-j", CHAIN]
+    ranges = [[s.uid for s in seats], verifier_uids]
+    jumps = [["OUTPUT", "-m", "owner", "--uid-owner", f"{min(uids)}-{max(uids)}", "-j", CHAIN] for uids in ranges]
     for tool in ("iptables", "ip6tables"):
         _run(tool, "-N", CHAIN, check=False)  # exists after a restart in the same network namespace
         _run(tool, "-F", CHAIN)
@@ -51,5 +54,6 @@ def apply_network_rules(seats: list[SeatPorts]) -> None:
                 for rule in seat_rules(seat):
                     _run(tool, "-A", CHAIN, *rule)
         _run(tool, "-A", CHAIN, "-j", "REJECT")
-        if _run(tool, "-C", *jump, check=False).returncode != 0:
-            _run(tool, "-I", *jump)
+        for jump in jumps:
+            if _run(tool, "-C", *jump, check=False).returncode != 0:
+                _run(tool, "-I", *jump)

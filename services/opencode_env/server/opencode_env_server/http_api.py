@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from opencode_env_client.models import COMPLETED, FINAL, INFRA_FAILURE, CreatedRollout, Health, RolloutRequest, Turn
 
@@ -81,11 +81,11 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
         return json_response(recorded(rollout_id)[0])
 
     @router.post("/rollouts/{rollout_id}/wait")
-    async def wait(rollout_id: str, timeout_s: float = 600.0) -> Response:
+    async def wait(rollout_id: str, timeout_s: float = Query(600.0, ge=0, le=MAX_WAIT_S)) -> Response:
         rollout = live(rollout_id)
         stopping = asyncio.ensure_future(manager.stopping.wait())
         try:
-            await asyncio.wait({rollout.runner, stopping}, timeout=min(max(timeout_s, 0.0), MAX_WAIT_S),
+            await asyncio.wait({rollout.runner, stopping}, timeout=timeout_s,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()

@@ -3,7 +3,11 @@
 The agent's request goes upstream with ``logprobs`` and ``return_token_ids`` forced on (and
 ``top_logprobs`` if the rollout asks for it), the model name and sampling fields of the rollout,
 ``max_tokens`` clamped to the rollout's budget, and the rollout's upstream key as the bearer token
-(never seen by the agent). The reply is relayed verbatim (SSE chunks as they arrive, or the JSON
+(never seen by the agent). Of the agent's own fields only an allow-list is relayed (``AGENT_FIELDS``:
+what shapes the prompt and the form of the reply); its sampling fields are dropped (the rollout's,
+that is the trainer's, apply) and any other field is refused, so code in a sandbox that calls the
+proxy with its seat's key cannot make the engine sample tokens the policy would not have chosen
+(``allowed_token_ids``, guided decoding, ``min_tokens``, ``ignore_eos``, ``logit_bias``, ...). The reply is relayed verbatim (SSE chunks as they arrive, or the JSON
 body) while the engine's prompt ids, completion ids, token texts and logprobs are recorded as one
 turn. A rollout that records no turns (upstream's ``black_box`` mode) has its calls relayed as the
 agent made them, within the same budget.
@@ -88,6 +92,33 @@ def request_error(body: Any) -> Optional[str]:
         if body.get(name) is not None and not isinstance(body[name], kind):
             return f"'{name}' must be a {kind.__name__}, got {type(body[name]).__name__}"
     return None
+
+
+# Relayed from a recorded rollout's calls as the agent sent them: they shape the prompt and the form
+# of the reply, not the distribution its tokens are sampled from.
+AGENT_FIELDS = frozenset({"messages", "model", "tools", "tool_choice", "parallel_tool_calls", "stream",
+                          "stream_options", "max_tokens", "max_completion_tokens", "stop", "n", "user"})
+# A forced tool call ("required", or a named function) is sampled under guided decoding.
+FREE_TOOL_CHOICES = (None, "auto", "none")
+# The distribution's knobs: the rollout's sampling settings (the trainer's) decide them; an agent's
+# values are dropped. Also what the proxy sets itself (logprobs, ids).
+SAMPLING_FIELDS = frozenset({"temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
+                             "repetition_penalty", "seed", "chat_template_kwargs", "reasoning_effort", "logprobs",
+                             "top_logprobs", "return_token_ids"})
+
+
+def refused_fields(body: dict[str, Any]) -> Optional[str]:
+    """Why a recorded rollout's call is refused (None if it is not): a field that is neither relayed
+    nor one of the sampling fields the trainer sets would change what the engine samples."""
+    unknown = sorted(set(body) - AGENT_FIELDS - SAMPLING_FIELDS)
+    if not unknown:
+        if body.get("tool_choice") not in FREE_TOOL_CHOICES:
+            return (f"tool_choice {body['tool_choice']!r} not relayed: a forced tool call is sampled under guided "
+                    "decoding, not the policy's distribution; use 'auto' or 'none'")
+        return None
+    return (f"field(s) {', '.join(map(repr, unknown))} not relayed: a recorded rollout's calls are sampled under "
+            f"the trainer's settings only; allowed: {', '.join(sorted(AGENT_FIELDS))} (sampling fields are set "
+            "by the trainer)")
 
 
 def _logprobs(choice: dict[str, Any]) -> list[float]:
@@ -203,8 +234,9 @@ class Proxy:
             return None
 
     def prepare(self, rollout: RolloutCalls, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
-        """The upstream request: the agent's, with the rollout's model, sampling and token budget."""
-        forwarded = dict(body)
+        """The upstream request: the agent's (its allow-listed fields when turns are recorded), with
+        the rollout's model, sampling and token budget."""
+        forwarded = {k: v for k, v in body.items() if k in AGENT_FIELDS} if rollout.record_turns else dict(body)
         forwarded.update(rollout.sampling)
         forwarded["model"] = rollout.model
         if rollout.record_turns:

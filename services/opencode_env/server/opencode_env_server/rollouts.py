@@ -7,19 +7,21 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import aiohttp
 
-from . import opencode, usage
+from . import opencode
 from .agent_server import AgentFailed, AgentServer
 from opencode_env_client.models import (COMPLETED, FINAL, INFRA_FAILURE, LIMIT_EXCEEDED, PENDING, RUNNING,
                                         SETUP_FAILED, STOPPED, TIMED_OUT, UNSCORED, CheckResult, CommandOutcome,
                                         Limits, RolloutRequest, RolloutSummary, Turn, Verification)
 
+from .processes import UidNotEmpty
 from .sandbox import Sandbox, SandboxError, clean_stale
 from .settings import Settings, normalize_upstream
 from .trace import TraceStore, extends
+from .verification import Untrusted, run_checks
 
 log = logging.getLogger("opencode_env_server.rollouts")
 
@@ -47,6 +49,9 @@ class Prepared:
         return self.ready is not None and self.ready.done() and not self.ready.cancelled() and self.ready.result()
 
 
+SEAT_RETRY_S = 5.0  # how often a seat whose uid could not be emptied is tried again
+
+
 class CapacityError(RuntimeError):
     """Every rollout slot is taken."""
 
@@ -71,7 +76,11 @@ class Rollout:
         self.sampling = request.sampling
         self.record_turns = request.record_turns
         self.top_logprobs = request.top_logprobs
-        self.sandbox = Sandbox(settings.sandbox_root, self.id, settings.seat_uid(seat), self.limits)
+        self.sandbox = Sandbox(settings.sandbox_root, self.id, settings.seat_uid(seat), self.limits,
+                               settings.helper_python)
+        # Where the held-out checks run once the agent is gone: the seat's verifier uid, a fresh directory.
+        self.check_context = Sandbox(settings.sandbox_root, f"{self.id}.verify", settings.verifier_uid(seat),
+                                     self.limits, settings.helper_python)
         self.status = PENDING
         self.detail: Optional[str] = None
         self.turns: list[Turn] = []
@@ -141,7 +150,7 @@ class Rollout:
         """End the rollout with ``status`` (first final status wins) and kill its processes."""
         if self.status not in FINAL:
             self.status, self.detail, self.finished_at = status, detail, time.time()
-            self.sandbox.kill_all()
+            self.sandbox.stop_processes()
             self.done.set()
             self.started.set()
             self.persist()
@@ -218,8 +227,7 @@ class RolloutManager:
     async def recover(self) -> None:
         """At start-up: remove the sandboxes of an earlier run and record the rollouts it left
         unfinished as infrastructure failures (they cannot be scored)."""
-        removed = await asyncio.to_thread(clean_stale, self.settings.sandbox_root,
-                                          range(self.settings.seat_uid(0), self.settings.seat_uid(self.seats)))
+        removed = await asyncio.to_thread(clean_stale, self.settings.sandbox_root, self.settings.all_uids)
         unfinished = self.store.mark_unfinished(FINAL, INFRA_FAILURE, "service restarted while the rollout ran")
         if removed or unfinished:
             log.info("start-up: removed %d stale sandboxes; %d unfinished rollouts recorded as infra_failure",
@@ -267,7 +275,8 @@ class RolloutManager:
 
     def _prepare(self, seat: int, limits: Limits, after: Optional[asyncio.Task] = None) -> None:
         rollout_id, key = new_identity()
-        sandbox = Sandbox(self.settings.sandbox_root, rollout_id, self.settings.seat_uid(seat), limits)
+        sandbox = Sandbox(self.settings.sandbox_root, rollout_id, self.settings.seat_uid(seat), limits,
+                          self.settings.helper_python)
         prepared = Prepared(rollout_id, key, seat, limits, sandbox, self._agent(sandbox, seat))
         prepared.ready = self._background(self._warm(prepared, after), f"warm-seat-{seat}")
         self.prepared[seat] = prepared
@@ -298,10 +307,10 @@ class RolloutManager:
                 log.info("seat uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid,
                          time.monotonic() - began)
                 return True
-            except (AgentFailed, SandboxError, OSError, asyncio.TimeoutError) as exc:
+            except (AgentFailed, SandboxError, UidNotEmpty, OSError, asyncio.TimeoutError) as exc:
                 log.warning("seat uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
                             prepared.sandbox.uid, exc)
-                prepared.sandbox.kill_all()
+                await asyncio.to_thread(prepared.sandbox.stop_processes)
                 return False
             finally:
                 self.warming.pop(prepared.key, None)
@@ -309,7 +318,10 @@ class RolloutManager:
     async def _discard(self, prepared: Prepared) -> None:
         prepared.ready.cancel()
         await asyncio.wait({prepared.ready})
-        await asyncio.to_thread(prepared.sandbox.destroy)
+        try:
+            await asyncio.to_thread(prepared.sandbox.destroy)
+        except (UidNotEmpty, OSError) as exc:  # the seat's next sandbox kills and removes again first
+            log.warning("seat uid %d: discarding its prepared sandbox: %s", prepared.sandbox.uid, exc)
 
     def _seat_for(self, request: RolloutRequest) -> int:
         """The free seat to use: for OpenCode one prepared with the request's limits, warm ones first;
@@ -389,7 +401,7 @@ class RolloutManager:
         finally:
             if watchdog is not None:
                 watchdog.cancel()
-            sandbox.kill_all()
+            await asyncio.to_thread(sandbox.stop_processes)
 
     async def _setup_and_agent(self, rollout: Rollout, agent: Optional[AgentServer]) -> None:
         for command in rollout.task.setup:
@@ -440,46 +452,68 @@ class RolloutManager:
             rollout.stop(COMPLETED, f"agent finished (exit code {rollout.agent_exit_code})")
 
     async def verify(self, rollout: Rollout) -> Verification:
-        """Run the held-out tests in the sandbox; reward = fraction passed (None without tests)."""
+        """Run the held-out tests in a trusted context (``verification``); reward = fraction passed
+        (None without tests, for an unscored rollout, or when the agent's processes survive)."""
         if rollout.status not in FINAL:
             raise ValueError(f"rollout {rollout.id} is still {rollout.status}; wait for it first")
         if rollout.verification is None:
             # The status is final as soon as a limit hits; the agent's processes are gone only once the
-            # runner has finished cleaning up (it would otherwise kill the tests too).
+            # runner has finished cleaning up.
             await asyncio.wait({rollout.runner})
-            results = [] if rollout.status in UNSCORED else await self._checks(rollout)
-            passed = sum(r.passed for r in results)
             reason = f"not scored: {rollout.status} ({rollout.detail})" if rollout.status in UNSCORED else None
-            rollout.verification = Verification(reward=passed / len(results) if results else None, passed=passed,
-                                                total=len(results), results=results, reason=reason)
+            results: list[CheckResult] = []
+            if reason is None:
+                try:
+                    results = await run_checks(rollout.sandbox, rollout.check_context, rollout.task)
+                except Untrusted as exc:
+                    reason = f"not scored: the agent's processes could not be ended ({exc})"
+            passed = sum(r.passed for r in results)
+            reward = passed / len(results) if results and reason is None else None
+            rollout.verification = Verification(reward=reward, passed=passed, total=len(results), results=results,
+                                                reason=reason)
             rollout.persist()
         return rollout.verification
 
-    async def _checks(self, rollout: Rollout) -> list[CheckResult]:
-        task, sandbox = rollout.task, rollout.sandbox
-        results = []
-        for i, case in enumerate(task.tests):
-            run = await sandbox.run(task.test_command, timeout_s=task.test_timeout_s, stdin=case.stdin, hide_command=True)
-            passed = run.exit_code == 0 and run.stdout.strip() == case.expected_stdout.strip()
-            results.append(CheckResult(kind="test", index=i, passed=passed, **_check_fields(run)))
-        for command in task.verify_commands:
-            run = await sandbox.run(command, timeout_s=task.test_timeout_s, hide_command=True)
-            results.append(CheckResult(kind="command", command=command, passed=run.exit_code == 0, **_check_fields(run)))
-        sandbox.kill_all()
-        await asyncio.to_thread(usage.remove_sysv_objects, sandbox.uid)
-        return results
-
     async def close(self, rollout: Rollout, status: str = STOPPED, detail: str = "closed by the client") -> None:
-        """Stop the rollout if needed, delete its sandbox (off the loop) and free its seat (the trace stays on disk)."""
+        """Stop the rollout if needed, delete its sandbox (off the loop) and free its seat (the trace
+        stays on disk). The seat is handed out again only once its uids have no process left: until
+        then it is retried in the background."""
         rollout.stop(status, detail)
         self.rollouts.pop(rollout.id, None)
         if self.by_key.pop(rollout.key, None) is None:
             return  # closed already
         await asyncio.wait({rollout.runner})  # stopped: it only cleans up now
-        await asyncio.to_thread(rollout.sandbox.destroy)
+        if await asyncio.to_thread(self._empty_seat, rollout):
+            self._give_back(rollout)
+        else:
+            self._background(self._give_back_once_empty(rollout), f"empty-seat-{rollout.seat}")
+
+    async def _give_back_once_empty(self, rollout: Rollout) -> None:
+        while not await asyncio.to_thread(self._empty_seat, rollout):
+            await asyncio.sleep(SEAT_RETRY_S)
+        self._give_back(rollout)
+
+    def _give_back(self, rollout: Rollout) -> None:
         if self.settings.agent_prewarm and self.http is not None:
             self._prepare(rollout.seat, self.latest_limits, after=rollout.runner)
         self.free_seats.append(rollout.seat)
+
+    @staticmethod
+    def _empty_seat(rollout: Rollout) -> bool:
+        """Remove the rollout's sandbox and check context; False (and a warning) while a uid of its
+        seat still has processes. A directory that cannot be removed does not hold the seat back."""
+        try:
+            for sandbox in (rollout.sandbox, rollout.check_context):
+                sandbox.kill_all()
+        except UidNotEmpty as exc:
+            log.warning("seat of rollout %s not reusable yet: %s", rollout.id, exc)
+            return False
+        for sandbox in (rollout.sandbox, rollout.check_context):
+            try:
+                sandbox.destroy()
+            except (UidNotEmpty, OSError) as exc:
+                log.warning("rollout %s: removing %s: %s", rollout.id, sandbox.dir.name, exc)
+        return True
 
     async def agent_log(self, rollout: Rollout) -> str:
         """The tail of the rollout's agent log."""
@@ -497,6 +531,3 @@ class RolloutManager:
         self.prepared.clear()
 
 
-def _check_fields(run: CommandOutcome) -> dict[str, Any]:
-    return {"exit_code": run.exit_code, "timed_out": run.timed_out, "stdout": run.stdout[-2000:],
-            "stderr": run.stderr[-2000:], "duration_s": run.duration_s}

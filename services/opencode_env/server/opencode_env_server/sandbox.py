@@ -8,15 +8,16 @@ nothing in it, and no other uid can enter it):
 - ``agent.log``: root 0600, the agent's events.
 
 The root service never opens, creates, chowns or walks a path inside the uid's directories by
-name: files are placed and read by a helper process running as the uid (the kernel's permission
-checks apply), sizes are summed by directory fds without following symlinks, and removal is fd-based.
+name: files are placed, read and packed by a helper process running as the uid (``inside``: the
+kernel's permission checks apply), sizes are summed by directory fds without following symlinks or
+recursing (``tree``), and removal happens only once the uid has no process left.
 See services/opencode_env/README.md "Threat model" for the whole isolation model.
 """
 
 import asyncio
+import logging
 import os
 import resource
-import shutil
 import signal
 import stat
 import sys
@@ -26,8 +27,10 @@ from typing import Any, Optional
 
 import orjson
 
-from . import usage
+from . import landlock, processes, tree, usage
 from opencode_env_client.models import CommandOutcome, Limits
+
+log = logging.getLogger("opencode_env_server.sandbox")
 
 MB = 1 << 20
 OWNED_DIRS = ("work", "home", "tmp")
@@ -35,52 +38,10 @@ HELPER_TIMEOUT_S = 30.0
 OUTPUT_TAIL_BYTES = 64 * 1024
 HELPER_OUTPUT_BYTES = 8 << 20  # a JSON listing of at most 1 MB of file text
 
-# Runs as the sandbox's uid (python3 -I -S): writes {relative path: text} into the work dir.
-_PLACE_FILES = """
-import json, os, sys
-for name, text in json.load(sys.stdin).items():
-    parent = os.path.dirname(name)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-"""
-
-# Runs as the sandbox's uid: prints the work dir's small text files as JSON, within bounds, and the
-# paths of regular files left out (too big, over the total, or past the file count).
-_LIST_FILES = """
-import json, os, stat, sys
-max_files, max_bytes, max_total, max_entries, max_skipped = json.load(sys.stdin)
-files, skipped, total, seen = {}, [], 0, 0
-# By directory fds: a directory swapped for a link mid-walk is skipped, not followed.
-for root, dirs, names, root_fd in os.fwalk(".", follow_symlinks=False):
-    dirs[:] = sorted(d for d in dirs if d != ".git")
-    for name in sorted(names):
-        seen += 1
-        if seen > max_entries:
-            break
-        path = os.path.relpath(os.path.join(root, name), ".")
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=root_fd)
-        except OSError:
-            continue
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):  # a link walked as a file may be a directory again by now
-            os.close(fd)
-            continue
-        with os.fdopen(fd, "rb") as f:
-            if len(files) >= max_files or info.st_size > max_bytes or total + info.st_size > max_total:
-                if len(skipped) < max_skipped:
-                    skipped.append(path)
-                continue
-            data = f.read(max_bytes + 1)[:max_bytes]
-        total += len(data)
-        files[path] = data.decode(errors="replace")
-    if seen > max_entries:
-        break
-json.dump({"files": files, "skipped": skipped}, sys.stdout)
-"""
+# The helper's entry point: this package's directory first on sys.path (with -I neither PYTHONPATH,
+# the user's site-packages nor the work dir is on it).
+_RUN_INSIDE = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
+               "from opencode_env_server.inside import main; main(sys.argv[1])")
 
 
 class SandboxError(RuntimeError):
@@ -94,7 +55,7 @@ class HelperKilled(SandboxError):
 class Sandbox:
     """The directory, uid and processes of one rollout."""
 
-    def __init__(self, root: Path, rollout_id: str, uid: int, limits: Limits) -> None:
+    def __init__(self, root: Path, rollout_id: str, uid: int, limits: Limits, python: str = sys.executable) -> None:
         self.dir = root / rollout_id
         self.home = self.dir / "home"
         self.work = self.dir / "work"
@@ -103,13 +64,15 @@ class Sandbox:
         self.log_path = self.dir / "agent.log"
         self.uid = uid
         self.limits = limits
+        self.python = python  # the interpreter of the ``inside`` helpers (the uid must be able to run it)
         self.violation: Optional[str] = None
 
     def create(self) -> None:
-        """Make the empty sandbox, killing what the uid still runs and holds (blocking: run it off the loop)."""
+        """Make the empty sandbox, killing what the uid still runs and holds (blocking: run it off
+        the loop); raises ``processes.UidNotEmpty`` if the uid cannot be emptied."""
         self.kill_all()  # a previous holder of this uid must be gone
         usage.remove_sysv_objects(self.uid)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        tree.remove(self.dir)
         os.mkdir(self.dir, 0o700)
         fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
@@ -158,7 +121,8 @@ class Sandbox:
         return {**env, **(extra or {})}
 
     def _demote(self) -> None:
-        # Runs in the child between fork and exec: new session, limits, then drop to the uid.
+        # Runs in the child between fork and exec: new session, limits, drop to the uid, then a
+        # Landlock domain of its own (no abstract socket or signal reaches outside it).
         os.setsid()
         limits = self.limits
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
@@ -170,6 +134,7 @@ class Sandbox:
         os.setgroups([])
         os.setgid(self.uid)
         os.setuid(self.uid)
+        landlock.restrict_self()
 
     async def spawn(self, argv: list[str], env: dict[str, str], stdout, stderr, stdin=asyncio.subprocess.DEVNULL):
         """Start ``argv`` in the sandbox (own session, limits, the uid); returns the process."""
@@ -178,19 +143,13 @@ class Sandbox:
         )
 
     async def run(self, command: str, timeout_s: float, stdin: str = "", env: Optional[dict[str, str]] = None,
-                  hide_command: bool = False) -> CommandOutcome:
-        """Run a shell command to completion in the sandbox; kills it at the timeout.
-
-        ``hide_command`` passes the command through the environment instead of the command line,
-        which every uid can read in ``/proc`` (a held-out verify command must not show there).
-        """
+                  argv: Optional[list[str]] = None) -> CommandOutcome:
+        """Run a shell command (``argv``, default ``bash -c command``) to completion in the sandbox;
+        kills its process group at the timeout."""
         started = time.monotonic()
         pipe = asyncio.subprocess.PIPE
-        env = env or self.env()
-        argv = ["bash", "-c", command]
-        if hide_command:
-            argv, env = ["bash", "-c", 'eval "$RLSTACK_COMMAND"'], {**env, "RLSTACK_COMMAND": command}
-        proc = await self.spawn(argv, env, pipe, pipe, stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
+        proc = await self.spawn(argv or ["bash", "-c", command], env or self.env(), pipe, pipe,
+                                stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
         try:
             out, err = await asyncio.wait_for(_communicate(proc, stdin.encode()), timeout_s)
             return CommandOutcome(command=command, exit_code=proc.returncode, stdout=_text(out), stderr=_text(err),
@@ -204,10 +163,15 @@ class Sandbox:
             return CommandOutcome(command=command, exit_code=None, stdout=_text(out), stderr=_text(err),
                                   duration_s=time.monotonic() - started, timed_out=True)
 
-    async def _helper(self, script: str, payload: Any) -> bytes:
-        """Run a Python snippet as the uid in the work dir with ``payload`` as JSON on stdin; its stdout."""
+    def helper_argv(self, command: str) -> list[str]:
+        """The command line of one of the ``inside`` helpers (isolated mode: no user site-packages,
+        no work-dir module on ``sys.path``)."""
+        return [self.python, "-I", "-c", _RUN_INSIDE, command]
+
+    async def _helper(self, command: str, payload: Any) -> bytes:
+        """Run an ``inside`` helper as the uid in the work dir with ``payload`` as JSON on stdin; its stdout."""
         pipe = asyncio.subprocess.PIPE
-        proc = await self.spawn([sys.executable, "-I", "-S", "-c", script], self.env(), pipe, pipe, stdin=pipe)
+        proc = await self.spawn(self.helper_argv(command), self.env(), pipe, pipe, stdin=pipe)
         try:
             out, err = await asyncio.wait_for(_communicate(proc, orjson.dumps(payload), HELPER_OUTPUT_BYTES), HELPER_TIMEOUT_S)
         except asyncio.TimeoutError:
@@ -222,20 +186,24 @@ class Sandbox:
     async def add_files(self, files: dict[str, str]) -> None:
         """Place the task's files in the work dir, written by the uid itself."""
         if files:
-            await self._helper(_PLACE_FILES, files)
+            await self._helper("place", files)
 
     async def list_files(self, max_files: int = 64, max_bytes: int = 64 * 1024, max_total: int = 1 << 20,
                          max_entries: int = 20_000, max_skipped: int = 256) -> tuple[dict[str, str], list[str]]:
         """Text of the work dir's regular files (symlinks skipped, ``.git`` left out), read by the
         uid itself: at most ``max_files`` files of ``max_bytes`` each, ``max_total`` bytes in all,
-        after looking at ``max_entries`` names; and the paths of up to ``max_skipped`` files left out."""
+        after looking at ``max_entries`` names; and the paths of up to ``max_skipped`` files left out.
+        A name that is not UTF-8 comes back with its other bytes escaped (``\\xNN``)."""
         bounds = [max_files, max_bytes, max_total, max_entries, max_skipped]
         try:
-            listing = await self._helper(_LIST_FILES, bounds)
+            listing = await self._helper("list", bounds)
         except HelperKilled:  # a listing that met the rollout's end: read-only, so read again once
             await asyncio.sleep(0.05)
-            listing = await self._helper(_LIST_FILES, bounds)
-        parsed = orjson.loads(listing)
+            listing = await self._helper("list", bounds)
+        try:
+            parsed = orjson.loads(listing)
+        except orjson.JSONDecodeError as exc:
+            raise SandboxError(f"sandbox helper printed no listing: {exc}") from None
         return parsed["files"], parsed["skipped"]
 
     @staticmethod
@@ -246,9 +214,37 @@ class Sandbox:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def kill_all(self, timeout_s: float = 1.0) -> int:
-        """SIGKILL every process of the uid; returns how many were killed."""
-        return kill_uid(self.uid, timeout_s)
+    def kill_all(self) -> None:
+        """SIGKILL every process of the uid until none is left; raises ``processes.UidNotEmpty``."""
+        processes.kill_uid(self.uid)
+
+    def stop_processes(self) -> None:
+        """``kill_all`` for a caller that cannot wait on it failing (the seat is checked again before reuse)."""
+        try:
+            self.kill_all()
+        except processes.UidNotEmpty as exc:
+            log.warning("%s", exc)
+
+    async def copy_work_to(self, other: "Sandbox", timeout_s: float = HELPER_TIMEOUT_S) -> None:
+        """Copy this sandbox's work dir (directories and regular files; no links, no ``.git``) into
+        ``other``'s empty one: read by this uid, written by the other's, through a pipe."""
+        read, write = os.pipe()
+        try:
+            packer = await self.spawn(self.helper_argv("pack"), self.env(), write, asyncio.subprocess.PIPE)
+            unpacker = await other.spawn(other.helper_argv("unpack"), other.env(), asyncio.subprocess.DEVNULL,
+                                         asyncio.subprocess.PIPE, stdin=read)
+        finally:
+            os.close(read)
+            os.close(write)
+        try:
+            (_, packed), (_, unpacked) = await asyncio.wait_for(
+                asyncio.gather(_communicate(packer, b""), _communicate(unpacker, b"")), timeout_s)
+        except asyncio.TimeoutError:
+            self.kill_group(packer.pid)
+            other.kill_group(unpacker.pid)
+            raise SandboxError(f"copying the work dir took longer than {timeout_s:g}s") from None
+        if packer.returncode != 0 or unpacker.returncode != 0:
+            raise SandboxError(f"copying the work dir failed: {_text(packed + unpacked, 600)}")
 
     def disk_bytes(self) -> int:
         """Bytes the uid holds on disk: its sandbox tree and deleted files it keeps open."""
@@ -266,6 +262,8 @@ class Sandbox:
             return self._usage_over_limits(with_disk)
         except usage.HiddenFiles as exc:
             return f"memory and disk cannot be counted: {exc}"
+        except tree.TreeLimit as exc:
+            return f"work dir limit: {exc}"
 
     def _usage_over_limits(self, with_disk: bool) -> Optional[str]:
         memory = usage.memory_bytes(self.uid) / MB
@@ -283,47 +281,30 @@ class Sandbox:
             self.violation = await asyncio.to_thread(self._check_limits, tick % 4 == 0)
             tick += 1
             if self.violation:
-                self.kill_all()
+                await asyncio.to_thread(self.stop_processes)
                 return self.violation
 
     def destroy(self) -> None:
         """Kill every process of the uid, remove its IPC objects and the directory (with the agent's
-        log); blocking, so run it off the loop."""
+        log); blocking, so run it off the loop. Raises ``processes.UidNotEmpty`` (the directory is
+        then left for a later try) or ``OSError`` (it could not be removed)."""
         self.kill_all()
         usage.remove_sysv_objects(self.uid)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        tree.remove(self.dir)
 
 
-def kill_uid(uid: int, timeout_s: float = 1.0) -> int:
-    """SIGKILL every process of ``uid`` until none is left (repeated passes catch processes forked
-    meanwhile); returns how many were killed."""
-    killed, deadline = 0, time.monotonic() + timeout_s
-    while (procs := usage.processes_of(uid)) and time.monotonic() < deadline:
-        for pid, _ in procs:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-        time.sleep(0.005)
-    return killed
-
-
-def clean_stale(root: Path, uids: range) -> int:
+def clean_stale(root: Path, uids: list[int]) -> int:
     """Make the sandbox root (0711: each uid may pass to its own sandbox, list none) empty: remove
     every sandbox left by an earlier run of the service and what its uids still hold; returns how
-    many sandboxes were removed."""
+    many sandboxes were removed. Raises ``processes.UidNotEmpty`` or ``OSError`` if it cannot."""
     for uid in uids:
-        kill_uid(uid)
+        processes.kill_uid(uid)
         usage.remove_sysv_objects(uid)
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o711)
     stale = [entry.path for entry in os.scandir(root)]
     for path in stale:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
+        tree.remove(path)
     return len(stale)
 
 
@@ -347,9 +328,12 @@ async def _communicate(proc: asyncio.subprocess.Process, data: bytes,
     return out, err
 
 
-async def _tail(stream: asyncio.StreamReader, limit: int = OUTPUT_TAIL_BYTES) -> bytes:
-    """The last ``limit`` bytes of a stream, read to its end (a program may print without bound)."""
+async def _tail(stream: Optional[asyncio.StreamReader], limit: int = OUTPUT_TAIL_BYTES) -> bytes:
+    """The last ``limit`` bytes of a stream, read to its end (a program may print without bound);
+    b"" for an output that is not a pipe of ours."""
     kept = bytearray()
+    if stream is None:
+        return b""
     while chunk := await stream.read(1 << 16):
         kept += chunk
         if len(kept) > 2 * limit:

@@ -1,7 +1,8 @@
-"""What a sandbox uid holds: its processes, memory (resident, memfd, System V IPC) and disk.
+"""What a sandbox uid holds: memory (resident, memfd, System V IPC) and disk.
 
-Read by the root service without following anything the uid controls: ``/proc`` entries, the
-kernel's System V IPC tables, and the sandbox tree walked by directory fds (``os.fwalk``).
+Read by the root service without following anything the uid controls: ``/proc`` entries (thread by
+thread: see ``processes``), the kernel's System V IPC tables, and the sandbox tree walked by
+directory fds without recursion (``tree.walk``, bounded in depth and entries).
 A process's open files (``/proc/<pid>/fd``) are readable only with ``CAP_SYS_PTRACE`` or the
 process's own uid: ``as_uid`` lends the calling thread the uid's file-system identity for that.
 """
@@ -14,27 +15,13 @@ import subprocess
 import time
 from typing import Iterator
 
+from . import tree
+from .processes import Process, processes_of
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 # /proc/sysvipc/<kind>: (the column of the owner uid, of the creator uid, of the bytes held)
 SYSV_TABLES = {"shm": (7, 9, 14), "msg": (7, 9, 3), "sem": (4, 6, None)}
-
-
-def processes_of(uid: int) -> list[tuple[int, int]]:
-    """(pid, resident kB) of every live (not zombie) process whose real uid is ``uid``."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/status") as status:
-                fields = dict(line.split(":", 1) for line in status if ":" in line)
-        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
-            continue
-        zombie = fields.get("State", "").strip().startswith("Z")  # already dead, waiting to be reaped
-        if int(fields.get("Uid", "-1").split()[0]) == uid and not zombie:
-            found.append((int(entry.name), int(fields.get("VmRSS", "0 kB").split()[0])))
-    return found
 
 
 @contextlib.contextmanager
@@ -62,33 +49,33 @@ class HiddenFiles(RuntimeError):
 HIDDEN_GRACE_S = 1.0
 
 
-def _fd_names(pid: int, deadline: float) -> list[str]:
-    """Names in ``/proc/<pid>/fd`` ([] for a process gone); raises ``HiddenFiles`` for a live process
+def _fd_names(task: str, deadline: float) -> list[str]:
+    """Names in ``<task>/fd`` ([] for a process gone); raises ``HiddenFiles`` for a live process
     whose table is still closed to the caller at ``deadline`` (``time.monotonic()``)."""
     while True:
         try:
-            return os.listdir(f"/proc/{pid}/fd")
+            return os.listdir(f"{task}/fd")
         except PermissionError:
             if time.monotonic() >= deadline:
-                raise HiddenFiles(f"process {pid} hides its open files (not dumpable)") from None
+                raise HiddenFiles(f"process {task} hides its open files (not dumpable)") from None
             time.sleep(0.01)
         except OSError:
             return []
 
 
-def _open_files(pids: list[int], grace_s: float = HIDDEN_GRACE_S) -> Iterator[tuple[str, os.stat_result]]:
-    """(link target, stat) of each distinct memfd or deleted file the processes hold open (call it
-    ``as_uid`` of the processes); raises ``HiddenFiles`` for a live process whose table stays closed
-    to it past the scan's ``grace_s``."""
+def _open_files(processes: list[Process], grace_s: float = HIDDEN_GRACE_S) -> Iterator[tuple[str, os.stat_result]]:
+    """(link target, stat) of each distinct memfd or deleted file the processes hold open, read
+    through a live thread of each (call it ``as_uid`` of the processes); raises ``HiddenFiles`` for a
+    live process whose table stays closed to it past the scan's ``grace_s``."""
     seen = set()
     deadline = time.monotonic() + grace_s
-    for pid in pids:
-        for fd in _fd_names(pid, deadline):
+    for task in (p.live_task for p in processes if p.live_task is not None):
+        for fd in _fd_names(task, deadline):
             try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                target = os.readlink(f"{task}/fd/{fd}")
                 if not (target.startswith("/memfd:") or target.endswith(" (deleted)")):
                     continue
-                info = os.stat(f"/proc/{pid}/fd/{fd}")
+                info = os.stat(f"{task}/fd/{fd}")
             except OSError:
                 continue
             if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
@@ -114,28 +101,24 @@ def memory_bytes(uid: int) -> int:
     """Resident memory of the uid's processes, plus the memfds they hold and its System V objects
     (memory no process maps is in no resident set)."""
     procs = processes_of(uid)
-    resident = sum(kb for _, kb in procs) * 1024
+    resident = sum(p.resident_kb() for p in procs) * 1024
     with as_uid(uid):
-        memfds = sum(info.st_blocks * 512 for target, info in _open_files([p for p, _ in procs])
-                     if target.startswith("/memfd:"))
+        memfds = sum(info.st_blocks * 512 for target, info in _open_files(procs) if target.startswith("/memfd:"))
     return resident + memfds + sum(size for _, _, size in sysv_objects(uid))
 
 
 def disk_bytes(root_fd: int, uid: int) -> int:
     """Blocks allocated under the directory ``root_fd`` (each inode once, symlinks not followed),
-    plus deleted files the uid's processes still hold open."""
+    plus deleted files the uid's processes still hold open. Raises ``tree.TreeLimit`` for a tree
+    past the walk's bounds (a limit violation of its own)."""
     total, seen = 0, set()
-    for _dirpath, dirnames, filenames, dirfd in os.fwalk(dir_fd=root_fd, top=".", follow_symlinks=False):
-        for name in (*dirnames, *filenames):
-            try:
-                info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-            except OSError:
-                continue
-            if (info.st_dev, info.st_ino) not in seen:
-                seen.add((info.st_dev, info.st_ino))
-                total += info.st_blocks * 512
+    for entry in tree.walk(root_fd):
+        info = entry.info
+        if (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
     with as_uid(uid):
-        deleted = sum(info.st_blocks * 512 for target, info in _open_files([pid for pid, _ in processes_of(uid)])
+        deleted = sum(info.st_blocks * 512 for target, info in _open_files(processes_of(uid))
                       if target.endswith(" (deleted)"))
     return total + deleted
 
