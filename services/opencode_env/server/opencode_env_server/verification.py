@@ -100,8 +100,8 @@ async def run_checks(agent: Sandbox, context: Sandbox, task: Task) -> list[Check
 def _script(context: Sandbox, name: str, command: str) -> list[str]:
     """A check's command as a script only the verifier uid reads, and the command line that runs it
     (no start-up files: ``--noprofile --norc``; the clean environment sets no ``BASH_ENV``)."""
-    path = context.write_private(name, command.encode(), 0o440)
-    return ["bash", "--noprofile", "--norc", str(path)]
+    context.write_private(name, command.encode(), 0o440)
+    return ["bash", "--noprofile", "--norc", f"../{name}"]  # from the work dir: no path above the context
 
 
 def _remove(context: Sandbox) -> None:
