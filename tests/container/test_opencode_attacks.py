@@ -21,10 +21,13 @@ from tests.container.test_opencode_env import create, in_container, sandbox_uid,
 PROXY_PORT_BASE, AGENT_PORT_BASE, UID_BASE = 24000, 41000, 20000
 
 
-def run_attack(url: str, script: str, limits: dict | None = None, **extra) -> tuple[dict, str]:
-    """Run ``script`` (Python) as a setup command of a rollout with no agent; (rollout, its stdout)."""
+def run_attack(url: str, script: str, limits: dict | None = None, verify_commands: list[str] | None = None,
+               **extra) -> tuple[dict, str]:
+    """Run ``script`` (Python) as a setup command of a rollout with no agent (held-out checks:
+    ``verify_commands`` instead of the stdin tests); (rollout, its stdout)."""
+    checks = {} if verify_commands is None else {"tests": [], "verify_commands": verify_commands}
     rollout = create(url, task(files={"attack.py": script, **extra.pop("files", {})},
-                               setup=["python3 attack.py"], limits=limits or {"wall_s": 240}),
+                               setup=["python3 attack.py"], limits=limits or {"wall_s": 240}, **checks),
                      agent="external", **extra)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -166,7 +169,7 @@ if os.fork() == 0:  # SIGKILL the first file-listing helper (it runs as this uid
     while time.time() < deadline:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                if b"os.fwalk" in open(f"/proc/{pid}/cmdline", "rb").read():
+                if open(f"/proc/{pid}/cmdline", "rb").read().endswith(b"inside import main; main(sys.argv[1])\\x00list\\x00"):
                     os.kill(int(pid), 9)
                     open("killed", "w").write(pid)
                     raise SystemExit

@@ -1,0 +1,240 @@
+"""Reward-integrity attacks on the OpenCode env, run as a sandbox uid the way a policy under RL would:
+steering verification from what the agent leaves behind, leaking held-out checks to a running
+rollout, a process that outlives its rollout, trees deeper than a recursive walk, sampling fields
+sent by sandbox code, and bad names and input. Each test fails on the code before these defences.
+See services/opencode_env/README.md "Threat model".
+"""
+
+import json
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.container.conftest import start_opencode_env, wait_healthy
+from tests.container.test_opencode_attacks import close, run_attack
+from tests.container.test_opencode_env import create, in_container, sandbox_uid, task, wait
+
+# Planted by the agent (its setup command, as its uid): a .pth in its user site-packages that makes
+# every Python exit 0, shell start-up files, a sitecustomize in the work dir, a git alias in ~/.gitconfig.
+PLANT = """
+import os, site
+user_site = site.getusersitepackages()
+os.makedirs(user_site, exist_ok=True)
+open(os.path.join(user_site, "zz_pass.pth"), "w").write("import os; os._exit(0)\\n")
+for rc in (".bashrc", ".bash_profile", ".profile"):
+    open(os.path.expanduser("~/" + rc), "w").write("exit 0\\n")
+open(os.path.expanduser("~/.gitconfig"), "w").write("[alias]\\n\\tnope = !true\\n")
+open("sitecustomize.py", "w").write("import os; os._exit(0)\\n")
+print("planted", user_site)
+"""
+
+
+def test_checks_run_in_a_context_the_agent_could_not_prepare(opencode_env) -> None:
+    url = opencode_env.url
+    checks = ["python3 -c 'import sys; sys.exit(3)'", "python3 -c 'assert 1 == 2'", "git nope", "test ! -e ~/.bashrc",
+              "test -f sitecustomize.py && test ! -e planted.txt"]
+    rollout, out = run_attack(url, PLANT, verify_commands=checks)
+    try:
+        assert "planted" in out, out
+        httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/finish", timeout=30)
+        verdict = httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=120).json()
+        passed = [r["passed"] for r in verdict["results"]]
+        # Only the last two pass: a fresh HOME, and the work dir's files (and only those) reached the checks.
+        assert passed == [False, False, False, True, True], verdict
+    finally:
+        close(url, rollout)
+
+
+# A rollout still running (the group member that would profit): listens on an abstract Unix socket
+# and reads every process's environment and command line for the held-out marker.
+RECEIVER = """
+import os, socket, threading, time
+seen = []
+def listen():
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\\0rlstack-leak")
+    server.listen(8)
+    while True:
+        conn, _ = server.accept()
+        seen.append(conn.recv(65536).decode(errors="replace"))
+def scan():
+    while True:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            for name in ("environ", "cmdline"):
+                try:
+                    text = open(f"/proc/{pid}/{name}", "rb").read().decode(errors="replace")
+                except OSError:
+                    continue
+                if "HELD-OUT" in text:
+                    seen.append(name + ":" + text)
+        with open("seen.json.tmp", "w") as f:
+            f.write(repr(seen))
+        os.replace("seen.json.tmp", "seen.txt")
+        time.sleep(0.05)
+if os.fork() == 0:
+    os.setsid()
+    for fd in (0, 1, 2):
+        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    threading.Thread(target=listen, daemon=True).start()
+    scan()
+time.sleep(0.5)
+print("listening")
+"""
+
+# Planted by the rollout being verified: run by its check, it tries to pass the check on.
+SENDER = """
+import os, socket, sys
+payload = repr(dict(os.environ)) + open("../verify-0.sh").read()  # the check itself: run by it, it can read it
+try:
+    payload += open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode(errors="replace")
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect("\\0rlstack-leak")
+    client.sendall(payload.encode())
+    print("sent")
+except OSError as exc:
+    print("blocked", exc)
+"""
+
+
+def test_held_out_checks_reach_no_running_rollout(opencode_env) -> None:
+    url = opencode_env.url
+    receiver, out = run_attack(url, RECEIVER)
+    assert "listening" in out, out
+    leaker = create(url, task(files={"sender.py": SENDER}, tests=[], verify_commands=["python3 sender.py  # HELD-OUT-4411"]),
+                    agent="external")
+    try:
+        httpx.post(f"{url}/rollouts/{leaker['rollout_id']}/finish", timeout=30)
+        verdict = httpx.post(f"{url}/rollouts/{leaker['rollout_id']}/verify", timeout=120).json()
+        assert "blocked" in verdict["results"][0]["stdout"], verdict
+        time.sleep(0.5)
+        seen = httpx.get(f"{url}/rollouts/{receiver['rollout_id']}/files", timeout=30).json()["seen.txt"]
+        assert "HELD-OUT" not in seen, seen
+        assert httpx.get(f"{url}/rollouts/{receiver['rollout_id']}").json()["status"] == "running"
+    finally:
+        close(url, leaker, receiver)
+
+
+# The thread-group leader exits with the raw exit syscall (x86-64: 60) while a thread keeps 300 MB and
+# keeps writing into whatever work dir this uid gets next.
+ZOMBIE_LEADER = """
+import ctypes, glob, os, threading, time
+def haunt():
+    held = bytearray(300 << 20)
+    for i in range(0, len(held), 4096):
+        held[i] = 1
+    while True:
+        for work in glob.glob("/sandboxes/*/work"):
+            try:
+                open(os.path.join(work, "solution.py"), "w").write("print(input()[::-1])\\n")
+            except OSError:
+                pass
+        time.sleep(0.05)
+if os.fork() == 0:
+    os.setsid()
+    for fd in (0, 1, 2):
+        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    threading.Thread(target=haunt).start()
+    time.sleep(0.2)
+    ctypes.CDLL(None).syscall(60, 0)
+time.sleep(1)
+print("haunting")
+"""
+
+
+def test_nothing_outlives_its_rollout_and_hidden_memory_is_counted(opencode_env) -> None:
+    url = opencode_env.url
+    rollout, out = run_attack(url, ZOMBIE_LEADER, limits={"wall_s": 240, "memory_mb": 128})
+    uid = sandbox_uid(opencode_env, rollout["rollout_id"])
+    status = wait(url, rollout["rollout_id"], timeout_s=60)
+    close(url, rollout)
+    assert "haunting" in out, out
+    assert status["status"] == "limit_exceeded" and "memory limit" in status["detail"], status
+    threads = in_container(opencode_env, "sh", "-c", f"grep -l '^Uid:\\s*{uid}\\s' /proc/[0-9]*/task/*/status")
+    assert threads.stdout.strip() == "", threads.stdout
+
+
+DEEP_TREE = """
+import os
+for _ in range(3000):
+    os.mkdir("d")
+    os.chdir("d")
+print("deep")
+"""
+
+
+def test_a_tree_too_deep_for_recursion_breaks_no_walk_and_no_restart(opencode_image, scripted_inference, network) -> None:
+    container = start_opencode_env(opencode_image, network, 1)
+    url = container.url
+    try:
+        rollout, out = run_attack(url, DEEP_TREE + "import time\nhog = bytearray(400 << 20)\nfor i in range(0, len(hog), 4096):\n"
+                                  "    hog[i] = 1\ntime.sleep(30)\n", limits={"wall_s": 240, "memory_mb": 128})
+        status = wait(url, rollout["rollout_id"], timeout_s=60)
+        assert "deep" in out or status["status"] == "limit_exceeded", out
+        assert status["status"] == "limit_exceeded", status  # the watchdog kept enforcing limits
+        files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files", timeout=30)
+        assert files.status_code == 200, files.text
+        assert httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}", timeout=120).status_code == 204
+        again, out = run_attack(url, DEEP_TREE)  # the one seat came back; this tree is left for the restart
+        assert "deep" in out, out
+        container.get_wrapped_container().restart(timeout=20)
+        url = container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
+        wait_healthy(f"{url}/health", timeout_s=90)
+        assert again["rollout_id"] not in in_container(container, "ls", "/sandboxes").stdout
+        assert httpx.get(f"{url}/rollouts/{again['rollout_id']}").json()["status"] == "infra_failure"
+    finally:
+        container.stop()
+
+
+def test_sandbox_code_cannot_change_how_the_engine_samples(opencode_env) -> None:
+    url = opencode_env.url
+    rollout = create(url, task(), agent="external", sampling={"temperature": 0.7})
+    headers = {"authorization": f"Bearer {rollout['api_key']}"}
+    try:
+        for field in ({"allowed_token_ids": [1]}, {"structured_outputs": {"choice": ["a"]}}, {"min_tokens": 9},
+                      {"ignore_eos": True}, {"logit_bias": {"1": 100}}, {"tool_choice": "required"}):
+            answer = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=30,
+                                json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **field})
+            assert answer.status_code == 400, (field, answer.text)
+        relayed = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=120,
+                             json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0.0,
+                                   "seed": 5, "top_p": 0.01})
+        assert relayed.status_code == 200, relayed.text
+        [turn] = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/turns", timeout=30).json()
+        sent = turn["request"]
+        assert sent["temperature"] == 0.7 and "seed" not in sent and "top_p" not in sent, sent
+    finally:
+        close(url, rollout)
+
+
+def test_bad_names_and_bad_input_get_clear_answers(opencode_env) -> None:
+    url = opencode_env.url
+    for name in ("a\u0000b", "d/", ".", "./a", "a//b"):
+        answer = httpx.post(f"{url}/rollouts", json={"task": task(files={name: "x"})}, timeout=30)
+        assert answer.status_code == 422 and "file path" in answer.text, (name, answer.text)
+    rollout, out = run_attack(url, "open(b'bad\\xff.txt', 'w').write('x')\nprint('named')\n")
+    try:
+        assert "named" in out, out
+        files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files", timeout=30)
+        assert files.status_code == 200 and files.json()["bad\\xff.txt"] == "x", files.text
+    finally:
+        close(url, rollout)
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:  # a body over API_MAX_BODY_BYTES
+        sock.sendall(b"POST /rollouts HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\n\r\n{" % (64 << 20))
+        assert sock.recv(4096).startswith(b"HTTP/1.1 413"), "no 413"
+    with socket.create_connection((host, int(port)), timeout=60) as sock:  # headers that never end
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")
+        began = time.monotonic()
+        assert sock.recv(4096) == b""  # closed by the service
+        assert time.monotonic() - began < 30
+    assert httpx.get(f"{url}/health").json()["status"] == "healthy"
+
+
+@pytest.mark.parametrize("path", ["/rollouts/x/wait?timeout_s=nan", "/rollouts/x/wait?timeout_s=-1"])
+def test_no_input_answers_500(opencode_env, path) -> None:
+    answer = httpx.post(f"{opencode_env.url}{path}", timeout=30)
+    assert answer.status_code in (404, 422), answer.text
+    json.loads(answer.text)
