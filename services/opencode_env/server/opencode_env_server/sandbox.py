@@ -233,6 +233,8 @@ class Sandbox:
             packer = await self.spawn(self.helper_argv("pack"), self.env(), write, asyncio.subprocess.PIPE)
             unpacker = await other.spawn(other.helper_argv("unpack"), other.env(), asyncio.subprocess.DEVNULL,
                                          asyncio.subprocess.PIPE, stdin=read)
+        except OSError as exc:  # no work dir: the rollout ended before its sandbox was made
+            raise SandboxError(f"cannot start the copy: {exc}") from None
         finally:
             os.close(read)
             os.close(write)
