@@ -44,6 +44,8 @@ def swarm_service(service: dict[str, Any]) -> dict[str, Any]:
     restart = RESTART.get(str(service.get("restart", "")))
     service = {k: copy.deepcopy(v) for k, v in service.items() if k not in DROPPED and v is not None}
     deploy = service.setdefault("deploy", {})
+    # Swarm's stack files (version 3.9) have no process limit; the memory limit stays.
+    deploy.get("resources", {}).get("limits", {}).pop("pids", None)
     if restart and "restart_policy" not in deploy:
         deploy["restart_policy"] = {"condition": restart}
     shm = service.pop("shm_size", None)
