@@ -2,8 +2,6 @@
 allow-list, trace permissions and restart records, disk accounting, log rate limiting."""
 
 import asyncio
-import io
-import json
 import logging
 import os
 import stat
@@ -61,7 +59,7 @@ def test_a_key_is_accepted_only_on_its_own_seats_port(tmp_path) -> None:
         assert manager.caller(rollout.key, seat) == (rollout, False)
         assert manager.caller(rollout.key, None) == (rollout, False)  # the API port: external agents
         assert manager.caller(rollout.key, 1 - seat) == (None, False)  # stolen, used from another seat
-        sandbox = Sandbox(tmp_path / "sb", "w", 20001, Limits())
+        sandbox = Sandbox(tmp_path / "sb", "w", 20001, Limits(), sys.executable)
         manager.warming["warm-key"] = Prepared("w", "warm-key", 1, Limits(), sandbox, manager._agent(sandbox, 1))
         assert manager.caller("warm-key", 1) == (None, True) and manager.caller("warm-key", 0) == (None, False)
         assert manager.caller("nope", None) == (None, False)
@@ -143,7 +141,7 @@ def test_a_seat_port_counts_as_ours_only_if_our_process_group_listens_on_it(tmp_
         pid, returncode = os.getpgid(0), None
 
     mine = socket.create_server(("127.0.0.1", 0))
-    agent = AgentServer(Sandbox(tmp_path, "r", os.getuid(), Limits()), mine.getsockname()[1], http=None)
+    agent = AgentServer(Sandbox(tmp_path, "r", os.getuid(), Limits(), sys.executable), mine.getsockname()[1], http=None)
     agent.process = Started()
     agent.check_listener()  # our own group holds the only listener
     mine.close()

@@ -1,5 +1,7 @@
 """OpenCode env logic that needs no sandbox: SSE accumulation, request preparation, trace shape, tasks."""
 
+import sys
+
 import orjson
 import pytest
 from openenv.core.harness.training import TrainingTrace
@@ -175,7 +177,7 @@ def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_
         def prepared(seat: int, limits: Limits, warm: bool) -> Prepared:
             # the warm-up task: done with True (warm), or still running
             task = asyncio.ensure_future(asyncio.sleep(0, True) if warm else never)
-            sandbox = Sandbox(tmp_path / "sb", f"r{seat}", 20000 + seat, limits)
+            sandbox = Sandbox(tmp_path / "sb", f"r{seat}", 20000 + seat, limits, sys.executable)
             return Prepared(f"r{seat}", f"k{seat}", seat, limits, sandbox, manager._agent(sandbox, seat), task)
 
         manager.prepared = {0: prepared(0, other, True), 1: prepared(1, wanted, False),

@@ -1,4 +1,4 @@
-"""Helpers the service runs *as a sandbox's uid* (``python3 -I -m opencode_env_server.inside CMD``),
+"""Helpers the service runs *as a sandbox's uid* (``main(CMD)``, through ``Sandbox.helper_argv``),
 so that the kernel's permission checks apply to every file they touch; the root service never opens
 a path inside a sandbox by name.
 
@@ -136,7 +136,3 @@ def main(command: str) -> None:
         unpack(sys.stdin.buffer)
     else:
         raise SystemExit(f"unknown command {command!r}")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])

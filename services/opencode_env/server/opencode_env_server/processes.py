@@ -1,4 +1,4 @@
-"""A sandbox uid's processes: found thread by thread, killed until the kernel says none is left.
+"""A sandbox uid's processes: found thread by thread, killed until ``/proc`` shows none left.
 
 A process cannot hide from these:
 

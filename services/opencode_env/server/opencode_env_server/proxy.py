@@ -7,9 +7,9 @@ The agent's request goes upstream with ``logprobs`` and ``return_token_ids`` for
 what shapes the prompt and the form of the reply); its sampling fields are dropped (the rollout's,
 that is the trainer's, apply) and any other field is refused, so code in a sandbox that calls the
 proxy with its seat's key cannot make the engine sample tokens the policy would not have chosen
-(``allowed_token_ids``, guided decoding, ``min_tokens``, ``ignore_eos``, ``logit_bias``, ...). The reply is relayed verbatim (SSE chunks as they arrive, or the JSON
-body) while the engine's prompt ids, completion ids, token texts and logprobs are recorded as one
-turn. A rollout that records no turns (upstream's ``black_box`` mode) has its calls relayed as the
+(``allowed_token_ids``, guided decoding, ``min_tokens``, ``ignore_eos``, ``logit_bias``, ...).
+The reply is relayed verbatim (SSE chunks as they arrive, or the JSON body) while the engine's
+prompt ids, completion ids, token texts and logprobs are recorded as one turn. A rollout that records no turns (upstream's ``black_box`` mode) has its calls relayed as the
 agent made them, within the same budget.
 
 This is the hot path of every agent step, so it runs on raw ASGI (no framework routing, request

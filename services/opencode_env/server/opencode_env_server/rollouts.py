@@ -502,16 +502,13 @@ class RolloutManager:
     def _empty_seat(rollout: Rollout) -> bool:
         """Remove the rollout's sandbox and check context; False (and a warning) while a uid of its
         seat still has processes. A directory that cannot be removed does not hold the seat back."""
-        try:
-            for sandbox in (rollout.sandbox, rollout.check_context):
-                sandbox.kill_all()
-        except UidNotEmpty as exc:
-            log.warning("seat of rollout %s not reusable yet: %s", rollout.id, exc)
-            return False
         for sandbox in (rollout.sandbox, rollout.check_context):
             try:
                 sandbox.destroy()
-            except (UidNotEmpty, OSError) as exc:
+            except UidNotEmpty as exc:
+                log.warning("seat of rollout %s not reusable yet: %s", rollout.id, exc)
+                return False
+            except OSError as exc:
                 log.warning("rollout %s: removing %s: %s", rollout.id, sandbox.dir.name, exc)
         return True
 

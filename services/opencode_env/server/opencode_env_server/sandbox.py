@@ -20,7 +20,6 @@ import os
 import resource
 import signal
 import stat
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -49,13 +48,13 @@ class SandboxError(RuntimeError):
 
 
 class HelperKilled(SandboxError):
-    """A helper died of a signal: the uid-wide kill that ends a rollout (or the uid's own processes) got it."""
+    """A helper died of a signal: the uid-wide kill that ends a rollout got it."""
 
 
 class Sandbox:
     """The directory, uid and processes of one rollout."""
 
-    def __init__(self, root: Path, rollout_id: str, uid: int, limits: Limits, python: str = sys.executable) -> None:
+    def __init__(self, root: Path, rollout_id: str, uid: int, limits: Limits, python: str) -> None:
         self.dir = root / rollout_id
         self.home = self.dir / "home"
         self.work = self.dir / "work"

@@ -1,6 +1,6 @@
 """Held-out checks in a context the agent could not prepare.
 
-When the agent is done: every process of its uid is killed until the kernel has none left, and
+When the agent is done: every process of its uid is killed until ``/proc`` shows none left, and
 its System V objects are removed. The checks then run in a fresh sandbox of the seat's *verifier*
 uid (``VERIFIER_UID_BASE + seat``, a uid no agent ever runs as; its network is closed entirely):
 its own HOME and TMPDIR, a clean environment with PATH fixed by the service, no user site-packages,
