@@ -10,18 +10,21 @@ loopback; the load generator is one asyncio process with N concurrent sessions.
 
 import argparse
 import asyncio
+import base64
 import os
 import socket
 import statistics
+import struct
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-import websockets
 
 DATASET = {"dataset_name": "chain_sum", "seed": 7, "size": 1000}
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,25 +63,75 @@ def run_library(seconds: float) -> Result:
     return Result(count, time.perf_counter() - start, latencies)
 
 
+class FrameClient:
+    """A minimal WebSocket client: the load generator shares the cores with the server it measures,
+    so it does as little per message as the protocol allows. Frames go out masked with a zero key
+    (valid, and the payload needs no XOR); replies are read as unfragmented text frames, which is
+    what both servers send."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, url: str) -> "FrameClient":
+        parsed = urllib.parse.urlsplit(url)
+        reader, writer = await asyncio.open_connection(parsed.hostname, parsed.port or 80)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(f"GET {parsed.path} HTTP/1.1\r\nHost: {parsed.netloc}\r\nUpgrade: websocket\r\n"
+                     f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise RuntimeError(f"WebSocket upgrade refused: {head[:200]!r}")
+        return cls(reader, writer)
+
+    @staticmethod
+    def frame(message: dict) -> bytes:
+        """A client text frame carrying ``message`` as JSON."""
+        payload = orjson.dumps(message)
+        size = len(payload)
+        header = bytes([0x81, 0x80 | size]) if size < 126 else bytes([0x81, 0xFE]) + struct.pack("!H", size)
+        return header + b"\0\0\0\0" + payload
+
+    async def call(self, frame: bytes) -> bytes:
+        """Send a prepared frame and return the payload of the next data frame (answering pings)."""
+        self.writer.write(frame)
+        while True:
+            first, second = await self.reader.readexactly(2)
+            size = second & 0x7F
+            if size == 126:
+                (size,) = struct.unpack("!H", await self.reader.readexactly(2))
+            elif size == 127:
+                (size,) = struct.unpack("!Q", await self.reader.readexactly(8))
+            payload = await self.reader.readexactly(size)
+            opcode = first & 0x0F
+            if opcode == 0x9:  # ping: pong with the same payload (short: pings carry at most 125 bytes)
+                self.writer.write(bytes([0x8A, 0x80 | size]) + b"\0\0\0\0" + payload)
+            elif opcode == 0x8:
+                raise RuntimeError(f"server closed the session: {payload[2:]!r}")
+            else:
+                return payload
+
+    def close(self) -> None:
+        self.writer.write(self.frame({"type": "close"}))
+        self.writer.close()
+
+
 async def _session(url: str, deadline: float, latencies: list[float]) -> int:
     episodes = 0
-    async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
-        await ws.send(orjson.dumps({"type": "reset", "data": DATASET}).decode())
-        await ws.recv()
-        await ws.send(orjson.dumps({"type": "step", "data": {"answer": "42"}}).decode())
-        await ws.recv()
-        reset = orjson.dumps({"type": "reset", "data": {}}).decode()
-        step = orjson.dumps({"type": "step", "data": {"answer": "42"}}).decode()
-        while (begin := time.perf_counter()) < deadline:
-            await ws.send(reset)
-            reply = orjson.loads(await ws.recv())
-            await ws.send(step)
-            reply = orjson.loads(await ws.recv())
-            if reply["type"] != "observation":
-                raise RuntimeError(f"server error: {reply}")
-            latencies.append((time.perf_counter() - begin) * 1000)
-            episodes += 1
-        await ws.send(orjson.dumps({"type": "close"}).decode())
+    client = await FrameClient.connect(url)
+    await client.call(FrameClient.frame({"type": "reset", "data": DATASET}))
+    await client.call(FrameClient.frame({"type": "step", "data": {"answer": "42"}}))
+    reset = FrameClient.frame({"type": "reset", "data": {}})
+    step = FrameClient.frame({"type": "step", "data": {"answer": "42"}})
+    while (begin := time.perf_counter()) < deadline:
+        await client.call(reset)
+        reply = orjson.loads(await client.call(step))
+        if reply["type"] != "observation":
+            raise RuntimeError(f"server error: {reply}")
+        latencies.append((time.perf_counter() - begin) * 1000)
+        episodes += 1
+    client.close()
     return episodes
 
 
@@ -96,11 +149,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def checkout(revision: str) -> Path:
+    """The reasoning-gym service's packages as of ``revision``, extracted once under /tmp."""
+    sha = subprocess.run(["git", "rev-parse", "--short", revision], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    target = Path(tempfile.gettempdir()) / f"rg-env-{sha}"
+    if not target.exists():
+        staging = Path(tempfile.mkdtemp(prefix=f"rg-env-{sha}-"))
+        archive = subprocess.run(["git", "archive", sha, "services/reasoning_gym_env"], cwd=ROOT, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
+        staging.rename(target)
+    return target / "services/reasoning_gym_env"
+
+
 def start_server(kind: str, port: int) -> subprocess.Popen:
-    """Start 'ours' (python -m reasoning_gym_env_server) or 'stock' (uvicorn bench.stock_app:app)."""
+    """Start 'stock' (uvicorn bench.stock_app:app), 'ours' (python -m reasoning_gym_env_server) or
+    'ours@REV' (the same, with the server and client packages of git revision REV)."""
     env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "LOG_LEVEL": "warning", "MAX_CONCURRENT_ENVS": "256"}
-    if kind == "ours":
+    if kind.startswith("ours"):
         cmd = [sys.executable, "-m", "reasoning_gym_env_server"]
+        if "@" in kind:
+            service = checkout(kind.split("@", 1)[1])
+            env["PYTHONPATH"] = f"{service / 'server'}{os.pathsep}{service / 'client'}"
     else:
         cmd = [sys.executable, "-m", "uvicorn", "bench.stock_app:app", "--host", "127.0.0.1", "--port", str(port),
                "--log-level", "warning"]
@@ -133,6 +204,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, nargs="+", default=[32])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--dataset", default=DATASET["dataset_name"], help="reasoning-gym dataset of the episodes")
+    parser.add_argument("--baseline", nargs="*", default=[], metavar="REV",
+                        help="also measure our server as of these git revisions (side by side)")
     args = parser.parse_args()
     DATASET["dataset_name"] = args.dataset
 
@@ -150,8 +223,10 @@ def main() -> None:
           f"{library.percentile(99):>9.3f}{'1.00':>12}{'':>10}")
     for sessions in args.sessions:
         stock = bench_server("stock", sessions, args.seconds)
-        ours = bench_server("ours", sessions, args.seconds)
-        for name, result in (("openenv stock app", stock), ("ours", ours)):
+        targets = [("openenv stock app", stock)]
+        targets += [(f"ours@{rev}", bench_server(f"ours@{rev}", sessions, args.seconds)) for rev in args.baseline]
+        targets.append(("ours", bench_server("ours", sessions, args.seconds)))
+        for name, result in targets:
             print(f"{name:<24}{sessions:>9}{result.episodes_per_s:>12.0f}{result.percentile(50):>9.2f}"
                   f"{result.percentile(99):>9.2f}{library.episodes_per_s / result.episodes_per_s:>11.0f}x"
                   f"{result.episodes_per_s / stock.episodes_per_s:>9.2f}x")

@@ -6,8 +6,8 @@ from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
 import reasoning_gym
-from reasoning_gym_env import ReasoningGymAction
-from reasoning_gym_env_server.environment import DEFAULT_DATASET, ReasoningGymEnvironment
+from reasoning_gym_env import ReasoningGymAction, ReasoningGymReset
+from reasoning_gym_env_server.environment import ReasoningGymEnvironment
 from reasoning_gym_env_server.errors import EnvInputError, ErrorCode
 from reasoning_gym_env_server.pool import WorkerPool
 from reasoning_gym_env_server.ratelimit import RateLimitedLog
@@ -39,7 +39,7 @@ def test_named_dataset_matches_reasoning_gym_and_scores_with_it(run) -> None:
     expected = reasoning_gym.create_dataset("chain_sum", seed=11, size=4, min_terms=2, max_terms=3)
 
     async def scenario(env: ReasoningGymEnvironment) -> None:
-        obs = await env.reset(dataset_name="chain_sum", dataset_config={"min_terms": 2, "max_terms": 3}, seed=11, size=4)
+        obs = await env.reset(ReasoningGymReset(dataset_name="chain_sum", dataset_config={"min_terms": 2, "max_terms": 3}, seed=11, size=4))
         assert obs.question == expected[0]["question"] and obs.done is False and obs.reward == 0.0
         right = await env.step(ReasoningGymAction(answer=expected[0]["answer"]))
         assert (right.score, right.reward, right.done) == (1.0, 1.0, True)
@@ -55,7 +55,7 @@ def test_bare_reset_walks_the_dataset_and_wraps(run) -> None:
     expected = reasoning_gym.create_dataset("leg_counting", seed=5, size=3)
 
     async def scenario(env: ReasoningGymEnvironment) -> list[str]:
-        questions = [(await env.reset(dataset_name="leg_counting", seed=5, size=3)).question]
+        questions = [(await env.reset(ReasoningGymReset(dataset_name="leg_counting", seed=5, size=3))).question]
         return questions + [(await env.reset()).question for _ in range(3)]
 
     assert run(scenario) == [expected[i]["question"] for i in (0, 1, 2, 0)]
@@ -65,7 +65,7 @@ def test_long_walk_crosses_prefetched_batches_in_order(run) -> None:
     expected = reasoning_gym.create_dataset("chain_sum", seed=2, size=150)
 
     async def scenario(env: ReasoningGymEnvironment) -> list[str]:
-        questions = [(await env.reset(dataset_name="chain_sum", seed=2, size=150)).question]
+        questions = [(await env.reset(ReasoningGymReset(dataset_name="chain_sum", seed=2, size=150))).question]
         for _ in range(200):
             questions.append((await env.reset()).question)
         return questions
@@ -74,7 +74,7 @@ def test_long_walk_crosses_prefetched_batches_in_order(run) -> None:
 
 
 def test_first_bare_reset_uses_the_documented_default(run) -> None:
-    expected = reasoning_gym.create_dataset(DEFAULT_DATASET["dataset_name"], seed=42, size=1000)
+    expected = reasoning_gym.create_dataset("leg_counting", seed=42, size=1000)
 
     async def scenario(env: ReasoningGymEnvironment) -> None:
         assert (await env.reset()).question == expected[0]["question"]
@@ -92,7 +92,7 @@ def test_composite_dataset_uses_specs(run) -> None:
     )
 
     async def scenario(env: ReasoningGymEnvironment) -> None:
-        obs = await env.reset(dataset_name="composite", dataset_specs=specs, seed=3, size=6)
+        obs = await env.reset(ReasoningGymReset(dataset_name="composite", dataset_specs=specs, seed=3, size=6))
         assert obs.question == expected[0]["question"]
         result = await env.step(ReasoningGymAction(answer=expected[0]["answer"]))
         assert result.score == 1.0
@@ -103,7 +103,7 @@ def test_composite_dataset_uses_specs(run) -> None:
 
 def test_state_counts_steps_and_keeps_episode_id(run) -> None:
     async def scenario(env: ReasoningGymEnvironment) -> None:
-        await env.reset(episode_id="ep-1")
+        await env.reset(ReasoningGymReset(episode_id="ep-1"))
         await env.step(ReasoningGymAction(answer="1"))
         assert env.state.episode_id == "ep-1" and env.state.step_count == 1
         await env.reset()
@@ -126,7 +126,6 @@ CHAIN = {"dataset_name": "chain_sum", "seed": 1, "size": 2}
         ({"dataset_name": "chain_sum", "seed": 1, "size": 10_001}, "'size' must be an integer from 1 to 10000", "VALIDATION_ERROR"),
         ({**CHAIN, "dataset_config": {"bogus": 1}}, "Invalid dataset_config", "VALIDATION_ERROR"),
         ({**CHAIN, "dataset_config": {"min_terms": 5, "max_terms": 2}}, "Invalid dataset_config", "VALIDATION_ERROR"),
-        ({**CHAIN, "dataset_config": [1]}, "'dataset_config' must be an object", "VALIDATION_ERROR"),
         ({**CHAIN, "dataset_config": {"max_terms": 2**60}}, "beyond", "VALIDATION_ERROR"),
         ({**CHAIN, "dataset_config": {"max_terms": float("inf")}}, "not finite", "VALIDATION_ERROR"),
         ({**CHAIN, "dataset_config": {"a": [[[[[[[[[1]]]]]]]]]}}, "nested deeper", "VALIDATION_ERROR"),
@@ -138,7 +137,6 @@ CHAIN = {"dataset_name": "chain_sum", "seed": 1, "size": 2}
         ({"dataset_name": "composite", "seed": 1, "size": 2, "dataset_specs": [{"name": "chain_sum", "weight": 0}]},
          "weight must be a positive number", "VALIDATION_ERROR"),
         ({"size": 3}, "need 'dataset_name'", "VALIDATION_ERROR"),
-        ({"datasetname": "chain_sum"}, "Unknown reset arguments ['datasetname']", "VALIDATION_ERROR"),
         # Accepted by reasoning-gym's validate(), then it raises IndexError generating the first question.
         ({"dataset_name": "spell_backward", "seed": 1, "size": 2, "dataset_config": {"min_word_len": 100, "max_word_len": 200}},
          "reasoning-gym failed", "DATASET_ERROR"),
@@ -151,9 +149,9 @@ def test_bad_reset_arguments_are_rejected_and_keep_the_current_dataset(run, kwar
     expected = reasoning_gym.create_dataset("chain_sum", seed=9, size=5)
 
     async def scenario(env: ReasoningGymEnvironment) -> None:
-        await env.reset(dataset_name="chain_sum", seed=9, size=5)
+        await env.reset(ReasoningGymReset(dataset_name="chain_sum", seed=9, size=5))
         with pytest.raises(EnvInputError, match=message.replace("[", r"\[").replace("]", r"\]")) as info:
-            await env.reset(**kwargs)
+            await env.reset(ReasoningGymReset(**kwargs))
         assert info.value.code.value == code
         assert env.state.dataset_name == "chain_sum" and env.state.next_index == 1
         assert (await env.reset()).question == expected[1]["question"]
@@ -176,7 +174,7 @@ def test_an_answer_that_never_finishes_scoring_scores_zero_and_the_session_conti
     expected = reasoning_gym.create_dataset(dataset, seed=1, size=3)
 
     async def scenario(env: ReasoningGymEnvironment) -> None:
-        await env.reset(dataset_name=dataset, seed=1, size=3)
+        await env.reset(ReasoningGymReset(dataset_name=dataset, seed=1, size=3))
         result = await env.step(ReasoningGymAction(answer="9**9**9**9"))
         assert (result.score, result.reward, result.done) == (0.0, 0.0, True)
         assert "DATASET_BUILD_TIMEOUT_S" in result.metadata["scoring_error"]

@@ -5,6 +5,19 @@ and behaviour, so code written against a hosted Space runs by changing only ``ba
 """
 
 from .client import ReasoningGymEnv
-from .models import ReasoningGymAction, ReasoningGymObservation
+from .models import (
+    ReasoningGymAction,
+    ReasoningGymObservation,
+    ReasoningGymReset,
+    ReasoningGymResetRequest,
+    ReasoningGymStepRequest,
+)
 
-__all__ = ["ReasoningGymEnv", "ReasoningGymAction", "ReasoningGymObservation"]
+__all__ = [
+    "ReasoningGymEnv",
+    "ReasoningGymAction",
+    "ReasoningGymObservation",
+    "ReasoningGymReset",
+    "ReasoningGymResetRequest",
+    "ReasoningGymStepRequest",
+]

@@ -5,17 +5,17 @@ from typing import Any, Optional
 from uuid import uuid4
 
 from openenv.core.env_server.types import EnvironmentMetadata, State
-from reasoning_gym_env import ReasoningGymAction, ReasoningGymObservation
+from reasoning_gym_env import ReasoningGymAction, ReasoningGymObservation, ReasoningGymReset
 
 from .errors import EnvInputError, ErrorCode
 from .pool import WorkerPool
 from .questions import Question, QuestionStream
-from .spec import dataset_request
+from .spec import DatasetRequest, dataset_request
 
 # Used by a bare reset() when no dataset was built yet (same default as upstream).
-DEFAULT_DATASET = {"dataset_name": "leg_counting", "seed": 42, "size": 1000}
+DEFAULT_DATASET = DatasetRequest("leg_counting", seed=42, size=1000, config={})
 
-RESET_ARGUMENTS = ("dataset_name", "dataset_config", "dataset_specs", "seed", "size", "episode_id")
+BARE_RESET = ReasoningGymReset()
 
 METADATA = EnvironmentMetadata(
     name="reasoning_gym",
@@ -35,9 +35,9 @@ class EpisodeCounter:
 class ReasoningGymEnvironment:
     """Single-step episodes over a reasoning-gym dataset, with all dataset code run by ``pool``.
 
-    ``reset(dataset_name, dataset_config, seed, size)`` builds a dataset and returns its first
-    question; ``reset()`` returns the next question (wrapping around), building
-    ``DEFAULT_DATASET`` first if needed; ``step(action)`` scores the answer with the dataset's own
+    ``reset`` with a ``dataset_name`` (and ``seed``, ``size``, optionally ``dataset_config`` or
+    ``dataset_specs``) builds a dataset and returns its first question; a bare ``reset`` returns the
+    next question (wrapping around), building ``DEFAULT_DATASET`` first if needed; ``step(action)`` scores the answer with the dataset's own
     ``score_answer`` and ends the episode (reward = score). A reset that fails leaves the dataset,
     the position and the open question as they were. Calls on one environment run one at a time.
     """
@@ -52,35 +52,25 @@ class ReasoningGymEnvironment:
         self._episode_id: Optional[str] = None
         self._step_count = 0
 
-    async def reset(
-        self,
-        seed: Optional[int] = None,
-        episode_id: Optional[str] = None,
-        dataset_name: Optional[str] = None,
-        dataset_config: Optional[dict] = None,
-        dataset_specs: Optional[list] = None,
-        size: Optional[int] = None,
-        **unknown: Any,
-    ) -> ReasoningGymObservation:
+    async def reset(self, arguments: Optional[ReasoningGymReset] = None) -> ReasoningGymObservation:
         """Start an episode; see the class docstring for the argument rules."""
-        if unknown:
-            raise EnvInputError(f"Unknown reset arguments {sorted(unknown)[:20]}; accepted: {', '.join(RESET_ARGUMENTS)}")
-        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
-            raise EnvInputError("'episode_id' must be a string of at most 255 characters")
-        if dataset_name is None and (dataset_config is not None or dataset_specs is not None or size is not None):
+        arguments = arguments or BARE_RESET
+        name = arguments.dataset_name
+        if name is None and (arguments.dataset_config is not None or arguments.dataset_specs is not None
+                             or arguments.size is not None):
             raise EnvInputError("'dataset_config', 'dataset_specs' and 'size' need 'dataset_name'")
-        if dataset_name is not None or self._stream is None:
-            arguments = (dict(dataset_name=dataset_name, seed=seed, size=size, dataset_config=dataset_config,
-                              dataset_specs=dataset_specs) if dataset_name is not None else DEFAULT_DATASET)
-            request = dataset_request(max_size=self._max_dataset_size, **arguments)
+        if name is not None or self._stream is None:
+            request = (dataset_request(name, arguments.seed, arguments.size, self._max_dataset_size,
+                                       arguments.dataset_config, arguments.dataset_specs)
+                       if name is not None else DEFAULT_DATASET)
         async with self._lock:
-            if dataset_name is not None or self._stream is None:
+            if name is not None or self._stream is None:
                 stream = await QuestionStream.open(self._pool, request)
                 if self._stream is not None:
                     self._stream.close()
                 self._stream = stream
             self._question = await self._stream.next()
-            self._episode_id = episode_id or str(uuid4())
+            self._episode_id = arguments.episode_id  # None: a fresh id, made when state asks for it
             self._step_count = 0
         return ReasoningGymObservation(question=self._question.entry["question"], reward=0.0, done=False)
 
@@ -116,6 +106,8 @@ class ReasoningGymEnvironment:
     def state(self) -> State:
         """Episode id and step count, plus the dataset being served."""
         stream = self._stream
+        if self._episode_id is None and self._question is not None:
+            self._episode_id = str(uuid4())
         return State(
             episode_id=self._episode_id,
             step_count=self._step_count,

@@ -8,24 +8,29 @@ reaped when idle, like WebSocket ones.
 """
 
 import socket
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import State
-from pydantic import ValidationError
-from reasoning_gym_env import ReasoningGymAction, ReasoningGymObservation
+from pydantic import BaseModel, ValidationError
+from reasoning_gym_env import (
+    ReasoningGymAction,
+    ReasoningGymObservation,
+    ReasoningGymResetRequest,
+    ReasoningGymStepRequest,
+)
 
 from .environment import METADATA
 from .errors import CapacityError, EnvInputError, ErrorCode
 from .pool import WorkerPool
-from .protocol import parse_action, validation_errors
+from .protocol import observation_payload, validation_errors, validation_message
 from .sessions import Session, SessionRegistry
 from .spec import dataset_names
 
 router = APIRouter()
+Body = TypeVar("Body", bound=BaseModel)
 
 # Which replica answered (the container's host name): under Swarm, replicas of one service share a name.
 REPLICA = socket.gethostname()
@@ -75,18 +80,27 @@ async def _read_object(request: Request) -> dict[str, Any]:
     return payload
 
 
-def _session(registry: SessionRegistry, session_id: Any) -> Session:
-    session = registry.get(session_id) if isinstance(session_id, str) else None
+def _validated(model: type[Body], what: str, payload: dict[str, Any]) -> Body:
+    """``payload`` as ``model``, or a 422 naming each unknown key and wrong value."""
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise HTTPError(422, validation_message(what, exc), ErrorCode.VALIDATION_ERROR,
+                        errors=validation_errors(exc)) from None
+
+
+def _session(registry: SessionRegistry, session_id: str) -> Session:
+    session = registry.get(session_id)
     if session is None:
         raise HTTPError(
-            404, f"Unknown or expired session_id {str(session_id)[:100]!r}; POST /reset with \"open_session\": true to start one", ErrorCode.SESSION_ERROR
+            404, f"Unknown or expired session_id {session_id[:100]!r}; POST /reset with \"open_session\": true to start one", ErrorCode.SESSION_ERROR
         )
     session.touch()
     return session
 
 
 def _observation_reply(observation: ReasoningGymObservation, session: Optional[Session]) -> Response:
-    reply = serialize_observation(observation)
+    reply = observation_payload(observation)
     return _json({**reply, "session_id": session.id} if session is not None else reply)
 
 
@@ -144,14 +158,10 @@ async def reset(request: Request) -> Response:
     """Start an episode; body: reset arguments, plus ``session_id`` to continue an HTTP session or
     ``"open_session": true`` to open one. Without either the call is stateless and holds no slot."""
     registry: SessionRegistry = request.app.state.registry
-    kwargs = await _read_object(request)
-    session_id: Optional[str] = kwargs.pop("session_id", None)
-    open_session = kwargs.pop("open_session", False)
-    if not isinstance(open_session, bool):
-        raise HTTPError(400, f"'open_session' must be true or false, got {open_session!r}"[:300], ErrorCode.VALIDATION_ERROR)
-    if session_id is not None:
-        session: Optional[Session] = _session(registry, session_id)
-    elif open_session:
+    body = _validated(ReasoningGymResetRequest, "reset arguments", await _read_object(request))
+    if body.session_id is not None:
+        session: Optional[Session] = _session(registry, body.session_id)
+    elif body.open_session:
         try:
             session = registry.open("http")
         except CapacityError as exc:
@@ -164,14 +174,14 @@ async def reset(request: Request) -> Response:
     env = session.env if session is not None else registry.new_env()
     succeeded = False
     try:
-        observation = await env.reset(**kwargs)
+        observation = await env.reset(body)
         succeeded = True
     except EnvInputError as exc:
         raise _env_error(exc) from None
     finally:
         if session is None:
             env.close()
-        elif not succeeded and session_id is None:
+        elif not succeeded and body.session_id is None:
             registry.close(session)  # a failed reset frees the slot it opened
     return _observation_reply(observation, session)
 
@@ -179,21 +189,17 @@ async def reset(request: Request) -> Response:
 @router.post("/step")
 async def step(request: Request) -> Response:
     """Score an answer; body: ``{"action": {"answer": ...}, "session_id": ...}``."""
-    body = await _read_object(request)
-    if "session_id" not in body:
+    body = _validated(ReasoningGymStepRequest, "step request", await _read_object(request))
+    if body.session_id is None:
         raise HTTPError(
             409,
             "step() needs a session: POST /reset with \"open_session\": true and pass its 'session_id' "
             "(or use the WebSocket /ws)",
             ErrorCode.SESSION_ERROR,
         )
-    session = _session(request.app.state.registry, body["session_id"])
+    session = _session(request.app.state.registry, body.session_id)
     try:
-        action = parse_action(body.get("action"))
-    except ValidationError as exc:
-        raise HTTPError(422, "Invalid action", ErrorCode.VALIDATION_ERROR, errors=validation_errors(exc)) from None
-    try:
-        observation = await session.env.step(action)
+        observation = await session.env.step(body.action)
     except EnvInputError as exc:
         raise _env_error(exc) from None
     return _observation_reply(observation, session)

@@ -73,9 +73,8 @@ class WorkerPool:
         for busy in list(self._busy):
             busy.kill()
 
-    async def entries(self, request: DatasetRequest, start: int, count: int) -> tuple[list[bytes], bool]:
-        """Pickled entries from index ``start`` on (wrapping), at least one, at most ``count``; and
-        whether the dataset scores with reasoning-gym's base scorer (``worker.base_score``)."""
+    async def entries(self, request: DatasetRequest, start: int, count: int) -> list[bytes]:
+        """Pickled entries from index ``start`` on (wrapping), at least one, at most ``count``."""
         what = f"building '{request.name}' and generating question {start}"
         return await self._call(("entries", request.wire, start, count, self.max_entry_bytes), what)
 

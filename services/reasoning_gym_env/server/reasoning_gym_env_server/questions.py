@@ -5,10 +5,10 @@ import pickle
 from collections import deque
 from typing import Any, Optional
 
-from .errors import EnvInputError
+from .errors import DatasetError, EnvInputError
 from .pool import WorkerPool
+from .scoring import INLINE_ANSWER_CHARS, inline_scorer
 from .spec import DatasetRequest
-from .worker import base_score
 
 # Entries asked of a worker at once, and the buffer level at which the next batch is fetched in the
 # background (also only once under MAX_MESSAGE_BYTES are buffered): a cheap dataset's bare resets are
@@ -32,10 +32,10 @@ class QuestionStream:
     """Questions ``0, 1, 2, ...`` of one dataset, wrapping at its size. Not safe for concurrent
     ``next`` calls (the environment serialises them)."""
 
-    def __init__(self, pool: WorkerPool, request: DatasetRequest, first: list[bytes], base_scorer: bool) -> None:
+    def __init__(self, pool: WorkerPool, request: DatasetRequest, first: list[bytes]) -> None:
         self.pool = pool
         self.request = request
-        self.base_scorer = base_scorer
+        self._inline_scorer = inline_scorer(request.name)
         self._buffer: deque[tuple[int, bytes]] = deque((i % request.size, blob) for i, blob in enumerate(first))
         self._buffered_bytes = sum(len(blob) for blob in first)
         self._fetch_from = len(first) % request.size
@@ -45,7 +45,7 @@ class QuestionStream:
     async def open(cls, pool: WorkerPool, request: DatasetRequest) -> "QuestionStream":
         """Build the dataset in a worker and fetch its first question (later ones are fetched in the
         background); raises ``EnvInputError``."""
-        return cls(pool, request, *await pool.entries(request, 0, 1))
+        return cls(pool, request, await pool.entries(request, 0, 1))
 
     @property
     def next_index(self) -> int:
@@ -53,9 +53,14 @@ class QuestionStream:
         return self._buffer[0][0] if self._buffer else self._fetch_from
 
     async def score(self, question: Question, answer: str) -> float:
-        """The dataset's score of ``answer``: inline for reasoning-gym's base scorer, else by a worker."""
-        if self.base_scorer:
-            return base_score(answer, question.entry)
+        """The dataset's score of ``answer``: inline for an allow-listed scorer and an answer of at
+        most ``INLINE_ANSWER_CHARS`` (``scoring.py``), else by a worker. Raises ``EnvInputError``."""
+        if self._inline_scorer is not None and len(answer) <= INLINE_ANSWER_CHARS:
+            try:
+                return self._inline_scorer(answer, question.entry)
+            except Exception as exc:  # a reasoning-gym bug on this entry: reported as a worker's would be
+                raise DatasetError(f"reasoning-gym failed while scoring an answer for '{self.request.name}': "
+                                   f"{type(exc).__name__}: {exc}"[:2000]) from None
         return await self.pool.score(self.request, question.blob, answer)
 
     async def next(self) -> Question:
@@ -78,7 +83,7 @@ class QuestionStream:
 
     async def _fill(self) -> None:
         start = self._fetch_from
-        batch, _ = await self.pool.entries(self.request, start, BATCH)
+        batch = await self.pool.entries(self.request, start, BATCH)
         self._buffer.extend(((start + i) % self.request.size, blob) for i, blob in enumerate(batch))
         self._buffered_bytes += sum(len(blob) for blob in batch)
         self._fetch_from = (start + len(batch)) % self.request.size

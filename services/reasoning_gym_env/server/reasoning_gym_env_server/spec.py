@@ -49,8 +49,8 @@ class DatasetRequest:
         return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _require_int(name: str, value: Any, minimum: int, maximum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+def _require_int(name: str, value: int, minimum: int, maximum: int) -> int:
+    if not minimum <= value <= maximum:
         raise EnvInputError(f"'{name}' must be an integer from {minimum} to {maximum}, got {value!r}")
     return value
 
@@ -109,12 +109,11 @@ def _composite_specs(specs: Any) -> tuple[tuple[str, float, dict[str, Any]], ...
 
 
 def dataset_request(
-    dataset_name: Any, seed: Any, size: Any, max_size: int,
-    dataset_config: Optional[Any] = None, dataset_specs: Optional[Any] = None,
+    dataset_name: str, seed: Optional[int], size: Optional[int], max_size: int,
+    dataset_config: Optional[dict[str, Any]] = None, dataset_specs: Optional[list[dict[str, Any]]] = None,
 ) -> DatasetRequest:
-    """Check reset arguments naming a dataset; raises ``EnvInputError`` with a clear message."""
-    if not isinstance(dataset_name, str):
-        raise EnvInputError(f"'dataset_name' must be a string, got {dataset_name!r}"[:300])
+    """Bound reset arguments (already typed by ``ReasoningGymReset``) that name a dataset; raises
+    ``EnvInputError`` with a clear message."""
     if seed is None or size is None:
         raise EnvInputError(f"dataset_name '{dataset_name[:100]}' needs both 'seed' and 'size'")
     seed = _require_int("seed", seed, 0, MAX_CONFIG_NUMBER)

@@ -90,10 +90,9 @@ def build(request: DatasetRequest) -> ProceduralDataset:
         raise ConfigRejected(f"Invalid dataset_config for '{request.name}': {str(exc) or type(exc).__name__}") from exc
 
 
-def entries(cache: DatasetCache, wire: bytes, start: int, count: int, max_bytes: int) -> tuple[list[bytes], bool]:
+def entries(cache: DatasetCache, wire: bytes, start: int, count: int, max_bytes: int) -> list[bytes]:
     """Pickled entries ``start, start + 1, ...`` (wrapping), as many of ``count`` as fit the time
-    and byte budget; at least one, unless that one alone is over ``max_bytes`` (``EntryTooLarge``).
-    Also whether the dataset scores with the library's base ``score_answer`` (see ``base_score``)."""
+    and byte budget; at least one, unless that one alone is over ``max_bytes`` (``EntryTooLarge``)."""
     dataset = cache.get(wire)
     size = len(dataset)
     began, total, batch = time.monotonic(), 0, []
@@ -107,14 +106,7 @@ def entries(cache: DatasetCache, wire: bytes, start: int, count: int, max_bytes:
         total += len(blob)
         if total >= max_bytes or time.monotonic() - began > BATCH_TIME_S:
             break
-    return batch, type(dataset).score_answer is ProceduralDataset.score_answer
-
-
-def base_score(answer: str, entry: dict[str, Any]) -> float:
-    """reasoning-gym's base ``score_answer`` (exact match, else the oracle's share of an answer that
-    contains it): linear in the answer's length, so the server runs it inline. It reads nothing of
-    the dataset."""
-    return float(ProceduralDataset.score_answer(None, answer=answer, entry=entry))  # type: ignore[arg-type]
+    return batch
 
 
 def score(cache: DatasetCache, wire: bytes, entry: bytes, answer: str) -> float:
