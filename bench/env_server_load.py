@@ -5,7 +5,8 @@ side: in-process against reasoning-gym (the library's own cost), over WebSocket 
 stock app, and over WebSocket against our server. Each server runs in its own uvicorn process on
 loopback; the load generator is one asyncio process with N concurrent sessions.
 
-    python bench/env_server_load.py --sessions 32 --seconds 10 [--dataset leg_counting]
+    python bench/env_server_load.py --sessions 32 --seconds 10 [--dataset leg_counting] [--repeat 3]
+        [--baseline REV ...]   # our server as of a git revision, side by side
 """
 
 import argparse
@@ -199,6 +200,12 @@ def bench_server(kind: str, sessions: int, seconds: float) -> Result:
         proc.wait(timeout=10)
 
 
+def median_run(runs: list[Result]) -> tuple[float, float, float]:
+    """Median episodes/s, p50 and p99 over repeated runs of one target."""
+    return (statistics.median(r.episodes_per_s for r in runs), statistics.median(r.percentile(50) for r in runs),
+            statistics.median(r.percentile(99) for r in runs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, nargs="+", default=[32])
@@ -206,6 +213,8 @@ def main() -> None:
     parser.add_argument("--dataset", default=DATASET["dataset_name"], help="reasoning-gym dataset of the episodes")
     parser.add_argument("--baseline", nargs="*", default=[], metavar="REV",
                         help="also measure our server as of these git revisions (side by side)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of all targets in turn; figures are medians over the rounds")
     args = parser.parse_args()
     DATASET["dataset_name"] = args.dataset
 
@@ -217,19 +226,21 @@ def main() -> None:
 
     library = run_library(args.seconds)
     print(f"reasoning-gym env server benchmark: {DATASET['dataset_name']}, {args.seconds:g}s per run, "
-          f"load generator on the same {os.cpu_count()} cores")
+          f"median of {args.repeat} alternating round(s), load generator on the same {os.cpu_count()} cores")
     print(f"{'target':<24}{'sessions':>9}{'episodes/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'vs library':>12}{'vs stock':>10}")
     print(f"{'library (in-process)':<24}{1:>9}{library.episodes_per_s:>12.0f}{library.percentile(50):>9.3f}"
           f"{library.percentile(99):>9.3f}{'1.00':>12}{'':>10}")
+    kinds = {"openenv stock app": "stock", **{f"ours@{rev}": f"ours@{rev}" for rev in args.baseline}, "ours": "ours"}
     for sessions in args.sessions:
-        stock = bench_server("stock", sessions, args.seconds)
-        targets = [("openenv stock app", stock)]
-        targets += [(f"ours@{rev}", bench_server(f"ours@{rev}", sessions, args.seconds)) for rev in args.baseline]
-        targets.append(("ours", bench_server("ours", sessions, args.seconds)))
-        for name, result in targets:
-            print(f"{name:<24}{sessions:>9}{result.episodes_per_s:>12.0f}{result.percentile(50):>9.2f}"
-                  f"{result.percentile(99):>9.2f}{library.episodes_per_s / result.episodes_per_s:>11.0f}x"
-                  f"{result.episodes_per_s / stock.episodes_per_s:>9.2f}x")
+        runs: dict[str, list[Result]] = {name: [] for name in kinds}
+        for _ in range(args.repeat):
+            for name, kind in kinds.items():
+                runs[name].append(bench_server(kind, sessions, args.seconds))
+        stock_rate = median_run(runs["openenv stock app"])[0]
+        for name in kinds:
+            rate, p50, p99 = median_run(runs[name])
+            print(f"{name:<24}{sessions:>9}{rate:>12.0f}{p50:>9.2f}{p99:>9.2f}{library.episodes_per_s / rate:>11.0f}x"
+                  f"{rate / stock_rate:>9.2f}x", flush=True)
 
 
 if __name__ == "__main__":

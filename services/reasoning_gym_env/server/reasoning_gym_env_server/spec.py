@@ -120,7 +120,11 @@ def dataset_request(
     size = _require_int("size", size, 1, max_size)
     config = _check_config("dataset_config", dataset_config) if dataset_config is not None else {}
     if dataset_name == "composite":
+        if config:
+            raise EnvInputError("dataset_name 'composite' takes each dataset's config in 'dataset_specs', not 'dataset_config'")
         return DatasetRequest(dataset_name, seed, size, {}, _composite_specs(dataset_specs))
+    if dataset_specs is not None:
+        raise EnvInputError("'dataset_specs' is only for dataset_name 'composite'")
     if dataset_name not in DATASETS:
         raise EnvInputError(
             f"Unknown dataset '{dataset_name[:100]}' ({len(DATASETS)} available; GET /datasets lists them)"
