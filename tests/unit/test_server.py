@@ -6,7 +6,10 @@ from typing import Iterator
 
 import pytest
 import reasoning_gym
+from openenv.core.env_server.serialization import serialize_observation
+from reasoning_gym_env import ReasoningGymObservation
 from reasoning_gym_env_server import Settings, create_app
+from reasoning_gym_env_server.protocol import observation_payload
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
@@ -272,3 +275,13 @@ def test_http_sessions_have_their_own_cap(slow_client: TestClient) -> None:
     with slow_client.websocket_connect("/ws") as ws:  # WebSocket slots are still free
         assert ws_call(ws, {"type": "reset", "data": {}})["type"] == "observation"
     assert slow_client.post("/reset", json={}).status_code == 200  # and stateless resets need none
+
+
+@pytest.mark.parametrize("fields", [
+    {"question": "q?", "reward": 0.0, "done": False},
+    {"score": 0.5, "correct_answer": "4", "dataset_metadata": {"a": [1, 2]}, "reward": 0.5, "done": True,
+     "metadata": {"scoring_error": "too slow"}},
+])
+def test_replies_are_written_as_openenvs_serializer_writes_them(fields: dict) -> None:
+    observation = ReasoningGymObservation(**fields)
+    assert json.dumps(observation_payload(observation)) == json.dumps(serialize_observation(observation))

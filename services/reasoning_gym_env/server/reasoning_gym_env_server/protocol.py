@@ -81,20 +81,15 @@ async def handle_frame(env: ReasoningGymEnvironment, frame: Any) -> dict[str, An
         return error_frame(f"Unknown keys {unknown} in a '{kind}' message; allowed: {', '.join(sorted(allowed))}",
                            ErrorCode.VALIDATION_ERROR)
     try:
-        if kind == "step":
+        if kind in ("step", "reset"):
+            parse, what = (parse_action, "action") if kind == "step" else (parse_reset, "reset arguments")
             try:
-                action = parse_action(frame.get("data"))
+                data = parse(frame.get("data"))
             except ValidationError as exc:
-                return error_frame(validation_message("action", exc), ErrorCode.VALIDATION_ERROR,
+                return error_frame(validation_message(what, exc), ErrorCode.VALIDATION_ERROR,
                                    errors=validation_errors(exc))
-            return {"type": "observation", "data": observation_payload(await env.step(action))}
-        if kind == "reset":
-            try:
-                arguments = parse_reset(frame.get("data"))
-            except ValidationError as exc:
-                return error_frame(validation_message("reset arguments", exc), ErrorCode.VALIDATION_ERROR,
-                                   errors=validation_errors(exc))
-            return {"type": "observation", "data": observation_payload(await env.reset(arguments))}
+            observation = await (env.step(data) if kind == "step" else env.reset(data))
+            return {"type": "observation", "data": observation_payload(observation)}
         if kind == "state":
             return {"type": "state", "data": env.state.model_dump()}
         return None  # close
