@@ -13,7 +13,7 @@ GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml
 # CPU job's policy, started with them) has finished.
 SERVICES = reasoning-gym-env inference opencode-env dashboard
 
-.PHONY: help preflight up up-gpu urls down logs build build-gpu wheelhouse base-images venv test test-unit test-container test-swarm bench lock gpu-smoke gpu-preflight swarm-up swarm-down
+.PHONY: help preflight up up-gpu urls down logs build build-gpu wheelhouse base-images venv lint format test test-unit test-container test-swarm bench lock gpu-smoke gpu-preflight swarm-up swarm-down
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -81,7 +81,7 @@ venv: ## create the Python environment the tests and benchmarks run in
 test: PURPOSE = test
 # The Swarm test runs in its own pytest session after the rest: this engine joins a swarm only once
 # the other modules' containers (session fixtures included) are gone. Both run even if one fails.
-test: preflight venv build ## the test suite: in-process and container tests, then the two-node Docker Swarm test
+test: preflight venv lint build ## lint, then the test suite: in-process and container tests, then the two-node Docker Swarm test
 	@status=0; export TESTCONTAINERS_RYUK_DISABLED=true $(BASE); \
 	$(PYTHON) -m pytest -m "not swarm" $(PYTEST_ARGS) || status=1; \
 	$(PYTHON) -m pytest -m swarm $(PYTEST_ARGS) || status=1; \
@@ -90,6 +90,14 @@ test: preflight venv build ## the test suite: in-process and container tests, th
 test-swarm: PURPOSE = test
 test-swarm: preflight venv build ## only the Docker Swarm test (this engine makes a two-node swarm and leaves it)
 	TESTCONTAINERS_RYUK_DISABLED=true $(BASE) $(PYTHON) -m pytest -m swarm $(PYTEST_ARGS)
+
+lint: venv ## ruff (pinned in requirements/test.in): lint and format check of the whole tree
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv ## apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 test-unit: venv ## only the fast in-process tests
 	$(PYTHON) -m pytest -m unit $(PYTEST_ARGS)

@@ -9,21 +9,72 @@ import orjson
 PROMPT_IDS = list(range(1, 201))
 COMPLETION_IDS = list(range(1000, 1016))
 LOGPROBS = [{"token": f"token_id:{i}", "logprob": -0.5, "bytes": [120]} for i in COMPLETION_IDS]
-UNARY = orjson.dumps({
-    "id": "chatcmpl-canned", "object": "chat.completion", "model": "canned",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 16}, "finish_reason": "length",
-                 "logprobs": {"content": LOGPROBS}, "token_ids": COMPLETION_IDS}],
-    "usage": {"prompt_tokens": 200, "completion_tokens": 16, "total_tokens": 216}, "prompt_token_ids": PROMPT_IDS,
-})
-CHUNKS = [b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "model": "canned",
-                                     "prompt_token_ids": PROMPT_IDS,
-                                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}) + b"\n\n"]
-CHUNKS += [b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "model": "canned", "choices": [
-    {"index": 0, "delta": {"content": "x"}, "token_ids": [i], "logprobs": {"content": [LOGPROBS[n]]},
-     "finish_reason": "length" if n == 15 else None}]}) + b"\n\n" for n, i in enumerate(COMPLETION_IDS)]
-CHUNKS += [b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "model": "canned", "choices": [],
-                                     "usage": {"prompt_tokens": 200, "completion_tokens": 16}}) + b"\n\n",
-           b"data: [DONE]\n\n"]
+UNARY = orjson.dumps(
+    {
+        "id": "chatcmpl-canned",
+        "object": "chat.completion",
+        "model": "canned",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "x" * 16},
+                "finish_reason": "length",
+                "logprobs": {"content": LOGPROBS},
+                "token_ids": COMPLETION_IDS,
+            }
+        ],
+        "usage": {"prompt_tokens": 200, "completion_tokens": 16, "total_tokens": 216},
+        "prompt_token_ids": PROMPT_IDS,
+    }
+)
+CHUNKS = [
+    b"data: "
+    + orjson.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "model": "canned",
+            "prompt_token_ids": PROMPT_IDS,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+        }
+    )
+    + b"\n\n"
+]
+CHUNKS += [
+    b"data: "
+    + orjson.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "model": "canned",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "x"},
+                    "token_ids": [i],
+                    "logprobs": {"content": [LOGPROBS[n]]},
+                    "finish_reason": "length" if n == 15 else None,
+                }
+            ],
+        }
+    )
+    + b"\n\n"
+    for n, i in enumerate(COMPLETION_IDS)
+]
+CHUNKS += [
+    b"data: "
+    + orjson.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "model": "canned",
+            "choices": [],
+            "usage": {"prompt_tokens": 200, "completion_tokens": 16},
+        }
+    )
+    + b"\n\n",
+    b"data: [DONE]\n\n",
+]
 STREAM = b"".join(CHUNKS)
 
 

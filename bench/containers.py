@@ -4,8 +4,8 @@ import subprocess
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
 
 
 def docker(*args: str) -> str:
@@ -13,7 +13,7 @@ def docker(*args: str) -> str:
     return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def wait_http(url: str, timeout_s: float, diagnose: Optional[Callable[[], str]] = None) -> float:
+def wait_http(url: str, timeout_s: float, diagnose: Callable[[], str] | None = None) -> float:
     """Poll ``url`` until it answers; returns the seconds waited. On timeout, ``diagnose()`` (e.g. the
     container's log tail) is the error message."""
     began = time.monotonic()
@@ -38,10 +38,27 @@ def pretraining_setup(tag: str, prefix: str) -> Iterator[tuple[str, str]]:
     docker("volume", "create", models)
     gym = None
     try:
-        docker("run", "--rm", "-v", f"{models}:/models", f"rlstack/inference-cpu:{tag}", "/bin/sh", "-ec",
-               "python3 -m rlstack_inference.default_model --out /models/default")
-        gym = docker("run", "-d", "--network", net, "--network-alias", "reasoning-gym-env", "-p", "127.0.0.1::8000",
-                     f"rlstack/reasoning-gym-env:{tag}")
+        docker(
+            "run",
+            "--rm",
+            "-v",
+            f"{models}:/models",
+            f"rlstack/inference-cpu:{tag}",
+            "/bin/sh",
+            "-ec",
+            "python3 -m rlstack_inference.default_model --out /models/default",
+        )
+        gym = docker(
+            "run",
+            "-d",
+            "--network",
+            net,
+            "--network-alias",
+            "reasoning-gym-env",
+            "-p",
+            "127.0.0.1::8000",
+            f"rlstack/reasoning-gym-env:{tag}",
+        )
         wait_http("http://" + docker("port", gym, "8000/tcp").splitlines()[0] + "/health", 60)
         yield net, models
     finally:

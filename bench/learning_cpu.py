@@ -38,13 +38,15 @@ def phases(log: str) -> dict[str, float]:
             marks[match.group(3) or "start"] = datetime.strptime(match.group(1), "%H:%M:%S")
     if not {"start", "before", "after"} <= set(marks):
         return {}
-    return {"eval before + load": (marks["before"] - marks["start"]).total_seconds(),
-            "train + eval after": (marks["after"] - marks["before"]).total_seconds()}
+    return {
+        "eval before + load": (marks["before"] - marks["start"]).total_seconds(),
+        "train + eval after": (marks["after"] - marks["before"]).total_seconds(),
+    }
 
 
 def reward_curve(rewards: list[float], block: int) -> str:
     """The mean reward of each ``block`` steps, e.g. ``0.41 0.46 0.70``."""
-    return " ".join(f"{sum(b) / len(b):.2f}" for b in (rewards[i:i + block] for i in range(0, len(rewards), block)))
+    return " ".join(f"{sum(b) / len(b):.2f}" for b in (rewards[i : i + block] for i in range(0, len(rewards), block)))
 
 
 def main() -> None:
@@ -55,27 +57,67 @@ def main() -> None:
     args = parser.parse_args()
     with pretraining_setup(args.tag, "rlstack-learn") as (net, models):
         began = time.monotonic()
-        pretrain = subprocess.run(["docker", "run", "--rm", "--network", net, "-v", f"{models}:/models",
-                                   f"rlstack/trainer-cpu:{args.tag}", "pretrain", "--config", "grpo-cpu.yaml",
-                                   *[a for o in args.overrides for a in ("--set", o)]], capture_output=True, text=True)
+        pretrain = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                net,
+                "-v",
+                f"{models}:/models",
+                f"rlstack/trainer-cpu:{args.tag}",
+                "pretrain",
+                "--config",
+                "grpo-cpu.yaml",
+                *[a for o in args.overrides for a in ("--set", o)],
+            ],
+            capture_output=True,
+            text=True,
+        )
         if pretrain.returncode != 0:
             raise SystemExit(f"pre-training failed:\n{(pretrain.stdout + pretrain.stderr)[-3000:]}")
         done = [line for line in (pretrain.stdout + pretrain.stderr).splitlines() if "pretrain: wrote" in line]
         print(f"pre-training (policy-init): {time.monotonic() - began:.0f} s; {done[-1].split('pretrain: ')[-1]}")
-        print(f"default CPU GRPO job (grpo-cpu.yaml), {len(args.seeds)} seeds; targets: >= +{TARGET_POINTS:g} pts "
-              f"sampled, <= {TARGET_SECONDS / 60:g} min")
-        print(f"{'seed':>5}{'sampled before':>16}{'after':>8}{'change (95% CI)':>24}{'greedy before':>15}{'after':>8}"
-              f"{'reward first/last 3':>21}{'job s':>8}  phases")
+        print(
+            f"default CPU GRPO job (grpo-cpu.yaml), {len(args.seeds)} seeds; targets: >= +{TARGET_POINTS:g} pts "
+            f"sampled, <= {TARGET_SECONDS / 60:g} min"
+        )
+        print(
+            f"{'seed':>5}{'sampled before':>16}{'after':>8}{'change (95% CI)':>24}{'greedy before':>15}{'after':>8}"
+            f"{'reward first/last 3':>21}{'job s':>8}  phases"
+        )
         curves, gains = {}, {}
         for seed in args.seeds:
             with tempfile.TemporaryDirectory(prefix="rlstack-learn-") as out:
                 Path(out).chmod(0o777)
                 began = time.monotonic()
-                run = subprocess.run(["docker", "run", "--rm", "--network", net, "-v", f"{models}:/models:ro",
-                                      "-v", f"{out}:/outputs", f"rlstack/trainer-cpu:{args.tag}", "grpo", "--config",
-                                      "grpo-cpu.yaml", "--set", "output_dir=/outputs/grpo", "--set", f"seed={seed}", "--set", "grpo.report_to=[]",
-                                      *[a for o in args.overrides for a in ("--set", o)]],
-                                     capture_output=True, text=True)
+                run = subprocess.run(
+                    [
+                        "docker",
+                        "run",
+                        "--rm",
+                        "--network",
+                        net,
+                        "-v",
+                        f"{models}:/models:ro",
+                        "-v",
+                        f"{out}:/outputs",
+                        f"rlstack/trainer-cpu:{args.tag}",
+                        "grpo",
+                        "--config",
+                        "grpo-cpu.yaml",
+                        "--set",
+                        "output_dir=/outputs/grpo",
+                        "--set",
+                        f"seed={seed}",
+                        "--set",
+                        "grpo.report_to=[]",
+                        *[a for o in args.overrides for a in ("--set", o)],
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
                 seconds = time.monotonic() - began
                 if run.returncode != 0:
                     raise SystemExit(f"seed {seed}: the job failed:\n{(run.stdout + run.stderr)[-3000:]}")
@@ -84,11 +126,13 @@ def main() -> None:
             sampled, greedy = held[next(m for m in held if m.startswith("T="))], held.get("greedy", {})
             rewards = [r for r in summary["rewards"] if r is not None]
             n = min(3, len(rewards))
-            print(f"{seed:>5}{100 * sampled['before']:>15.1f}%{100 * sampled['after']:>7.1f}%"
-                  f"{sampled['points']:>+9.1f} ({sampled['ci_low']:+.1f}..{sampled['ci_high']:+.1f})"
-                  f"{100 * greedy.get('before', 0):>14.1f}%{100 * greedy.get('after', 0):>7.1f}%"
-                  f"{sum(rewards[:n]) / n:>12.3f} / {sum(rewards[-n:]) / n:.3f}{seconds:>8.0f}  "
-                  + ", ".join(f"{k} {v:.0f} s" for k, v in phases(run.stdout + run.stderr).items()))
+            print(
+                f"{seed:>5}{100 * sampled['before']:>15.1f}%{100 * sampled['after']:>7.1f}%"
+                f"{sampled['points']:>+9.1f} ({sampled['ci_low']:+.1f}..{sampled['ci_high']:+.1f})"
+                f"{100 * greedy.get('before', 0):>14.1f}%{100 * greedy.get('after', 0):>7.1f}%"
+                f"{sum(rewards[:n]) / n:>12.3f} / {sum(rewards[-n:]) / n:.3f}{seconds:>8.0f}  "
+                + ", ".join(f"{k} {v:.0f} s" for k, v in phases(run.stdout + run.stderr).items())
+            )
             curves[seed], gains[seed] = rewards, sampled["points"]
         print(f"\ntraining reward, mean of each {BLOCK} steps:")
         for seed, rewards in curves.items():

@@ -24,8 +24,14 @@ OUTPUT = "/outputs/async-grpo-cpu"
 
 
 def compose(*args: str, capture: bool = False) -> str:
-    result = subprocess.run(["docker", "compose", "-p", PROJECT, *args], cwd=ROOT, check=True, text=True,
-                            capture_output=capture, env={**os.environ})
+    result = subprocess.run(
+        ["docker", "compose", "-p", PROJECT, *args],
+        cwd=ROOT,
+        check=True,
+        text=True,
+        capture_output=capture,
+        env={**os.environ},
+    )
     return result.stdout if capture else ""
 
 
@@ -36,32 +42,52 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the project's containers and volumes")
     args = parser.parse_args()
     started = time.monotonic()
-    compose("up", "--build", "--detach", "--wait", "--wait-timeout", "900", "reasoning-gym-env", "inference",
-            "opencode-env")
+    compose(
+        "up", "--build", "--detach", "--wait", "--wait-timeout", "900", "reasoning-gym-env", "inference", "opencode-env"
+    )
     print(f"services healthy after {time.monotonic() - started:.0f} s", flush=True)
     results = []
     try:
         for seed in args.seeds:
             sets = " ".join(f"--set {o}" for o in [f"seed={seed}", *args.overrides])
             t0 = time.monotonic()
-            compose("run", "--rm", "--no-deps", "trainer",
-                    f"python3 -m trainer async-grpo --config async-grpo-cpu.yaml {sets}", capture=True)
+            compose(
+                "run",
+                "--rm",
+                "--no-deps",
+                "trainer",
+                f"python3 -m trainer async-grpo --config async-grpo-cpu.yaml {sets}",
+                capture=True,
+            )
             wall = time.monotonic() - t0
-            text = compose("run", "--rm", "--no-deps", "--entrypoint", "cat", "trainer", f"{OUTPUT}/metrics.jsonl",
-                           capture=True)
+            text = compose(
+                "run", "--rm", "--no-deps", "--entrypoint", "cat", "trainer", f"{OUTPUT}/metrics.jsonl", capture=True
+            )
             metrics = [json.loads(line) for line in text.splitlines() if line.strip()]
             rewards = [m["reward"] for m in metrics]
             last = sum(rewards[-3:]) / len(rewards[-3:])
-            results.append((seed, rewards, last, wall, max(m["logprob_max_diff"] for m in metrics),
-                            metrics[-1]["dropped_stale_total"]))
-            print(f"seed {seed}: rewards {' '.join(f'{r:.2f}' for r in rewards)} | first 3 "
-                  f"{sum(rewards[:3]) / 3:.2f}, last 3 {last:.2f} | max logprob diff "
-                  f"{results[-1][4]:.1e} | dropped stale {results[-1][5]} | {wall:.0f} s", flush=True)
+            results.append(
+                (
+                    seed,
+                    rewards,
+                    last,
+                    wall,
+                    max(m["logprob_max_diff"] for m in metrics),
+                    metrics[-1]["dropped_stale_total"],
+                )
+            )
+            print(
+                f"seed {seed}: rewards {' '.join(f'{r:.2f}' for r in rewards)} | first 3 "
+                f"{sum(rewards[:3]) / 3:.2f}, last 3 {last:.2f} | max logprob diff "
+                f"{results[-1][4]:.1e} | dropped stale {results[-1][5]} | {wall:.0f} s",
+                flush=True,
+            )
     finally:
         if not args.keep:
             compose("down", "-v", "--remove-orphans")
-    print("\nseed | first step | last 3 steps | job wall time | target (>= %.1f, <= %d s)" % (TARGET_REWARD,
-                                                                                         TARGET_SECONDS))
+    print(
+        f"\nseed | first step | last 3 steps | job wall time | target (>= {TARGET_REWARD:.1f}, <= {TARGET_SECONDS} s)"
+    )
     for seed, rewards, last, wall, _, _ in results:
         ok = last >= TARGET_REWARD and wall <= TARGET_SECONDS
         print(f"{seed} | {rewards[0]:.2f} | {last:.2f} | {wall:.0f} s | {'met' if ok else 'MISSED'}")

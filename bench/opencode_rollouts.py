@@ -2,7 +2,8 @@
 
 Starts vllm-cpu (default model, the stack's flags) and opencode-env on a private Docker network,
 then runs rollouts at each concurrency and prints rollouts per minute and the time from creating a
-rollout to its first model call (and the median time of each rollout's held-out verification), with the OpenCode servers pre-started and warmed up in the free
+rollout to its first model call (and the median time of each rollout's held-out verification),
+with the OpenCode servers pre-started and warmed up in the free
 slots (AGENT_PREWARM=on, the default) and without (each rollout starts its server). The default
 model is random, so each rollout is one OpenCode turn: the ~7.6k-token first prompt, up to
 --max-tokens of output, then OpenCode stops. A first round of one rollout per slot (not counted)
@@ -23,17 +24,22 @@ import uuid
 import httpx
 from containers import docker, wait_http
 
-TASK = {"task_id": "bench", "instruction": "Write solution.py that prints the sum of two integers read from stdin.",
-        "tests": [{"stdin": "1 2\n", "expected_stdout": "3"}]}
-
+TASK = {
+    "task_id": "bench",
+    "instruction": "Write solution.py that prints the sum of two integers read from stdin.",
+    "tests": [{"stdin": "1 2\n", "expected_stdout": "3"}],
+}
 
 
 def one_rollout(url: str, max_tokens: int) -> tuple[float, float, bool, float]:
     """(seconds from creation to the first model call, seconds to finish, served by a pre-started
     agent, seconds its held-out verification took)."""
     began = time.monotonic()
-    created = httpx.post(f"{url}/rollouts", timeout=30, json={
-        "task": {**TASK, "limits": {"max_turns": 4, "max_tokens_per_turn": max_tokens, "wall_s": 600}}}).json()
+    created = httpx.post(
+        f"{url}/rollouts",
+        timeout=30,
+        json={"task": {**TASK, "limits": {"max_turns": 4, "max_tokens_per_turn": max_tokens, "wall_s": 600}}},
+    ).json()
     status = httpx.post(f"{url}/rollouts/{created['rollout_id']}/wait", params={"timeout_s": 600}, timeout=660).json()
     verifying = time.monotonic()
     httpx.post(f"{url}/rollouts/{created['rollout_id']}/verify", timeout=120).raise_for_status()
@@ -41,8 +47,12 @@ def one_rollout(url: str, max_tokens: int) -> tuple[float, float, bool, float]:
     httpx.delete(f"{url}/rollouts/{created['rollout_id']}", timeout=30)
     if status["first_call_at"] is None:
         raise RuntimeError(f"rollout made no model call: {status}")
-    return (status["first_call_at"] - status["created_at"], time.monotonic() - began, status["agent_prestarted"],
-            verified - verifying)
+    return (
+        status["first_call_at"] - status["created_at"],
+        time.monotonic() - began,
+        status["agent_prestarted"],
+        verified - verifying,
+    )
 
 
 def wait_warm(url: str, timeout_s: float = 180) -> None:
@@ -69,42 +79,92 @@ def main() -> None:
     docker("network", "create", net)
     docker("volume", "create", models)
     try:
-        docker("run", "--rm", "-v", f"{models}:/models", f"rlstack/inference-cpu:{args.tag}",
-               "python3", "-m", "rlstack_inference.default_model", "--out", "/models/default")
-        containers.append(docker("run", "-d", "--network", net, "--network-alias", "inference", "--shm-size", "1g",
-                                 "-v", f"{models}:/models", "-e", "SERVED_MODEL_NAME=default", "-e", "DTYPE=float32",
-                                 f"rlstack/inference-cpu:{args.tag}"))
+        docker(
+            "run",
+            "--rm",
+            "-v",
+            f"{models}:/models",
+            f"rlstack/inference-cpu:{args.tag}",
+            "python3",
+            "-m",
+            "rlstack_inference.default_model",
+            "--out",
+            "/models/default",
+        )
+        containers.append(
+            docker(
+                "run",
+                "-d",
+                "--network",
+                net,
+                "--network-alias",
+                "inference",
+                "--shm-size",
+                "1g",
+                "-v",
+                f"{models}:/models",
+                "-e",
+                "SERVED_MODEL_NAME=default",
+                "-e",
+                "DTYPE=float32",
+                f"rlstack/inference-cpu:{args.tag}",
+            )
+        )
         slots = max(args.concurrency)
-        wait_inference = ("import time,urllib.request\nfor _ in range(900):\n try: urllib.request.urlopen("
-                          "'http://inference:8000/health'); break\n except OSError: time.sleep(1)")
-        print(f"OpenCode rollouts with the default model ({args.max_tokens} output tokens per turn, "
-              f"{slots} slots, {args.agent_spares} spare seats)")
-        print(f"{'prewarm':>8}{'concurrency':>12}{'rollouts':>10}{'rollouts/min':>14}{'first call p50 s':>18}"
-              f"{'first call max s':>18}{'verify p50 s':>14}{'pre-started':>13}")
+        wait_inference = (
+            "import time,urllib.request\nfor _ in range(900):\n try: urllib.request.urlopen("
+            "'http://inference:8000/health'); break\n except OSError: time.sleep(1)"
+        )
+        print(
+            f"OpenCode rollouts with the default model ({args.max_tokens} output tokens per turn, "
+            f"{slots} slots, {args.agent_spares} spare seats)"
+        )
+        print(
+            f"{'prewarm':>8}{'concurrency':>12}{'rollouts':>10}{'rollouts/min':>14}{'first call p50 s':>18}"
+            f"{'first call max s':>18}{'verify p50 s':>14}{'pre-started':>13}"
+        )
         for prewarm in args.agent_prewarm:
-            env = docker("run", "-d", "--network", net, "--cap-add", "NET_ADMIN", "-p", "127.0.0.1::8000",
-                         "-e", "INFERENCE_URL=http://inference:8000", "-e", "INFERENCE_MODEL=default",
-                         "-e", f"MAX_CONCURRENT_ROLLOUTS={slots}", "-e", f"AGENT_PREWARM={prewarm}",
-                         "-e", f"AGENT_SPARES={args.agent_spares}",
-                         f"rlstack/opencode-env:{args.tag}")
+            env = docker(
+                "run",
+                "-d",
+                "--network",
+                net,
+                "--cap-add",
+                "NET_ADMIN",
+                "-p",
+                "127.0.0.1::8000",
+                "-e",
+                "INFERENCE_URL=http://inference:8000",
+                "-e",
+                "INFERENCE_MODEL=default",
+                "-e",
+                f"MAX_CONCURRENT_ROLLOUTS={slots}",
+                "-e",
+                f"AGENT_PREWARM={prewarm}",
+                "-e",
+                f"AGENT_SPARES={args.agent_spares}",
+                f"rlstack/opencode-env:{args.tag}",
+            )
             containers.append(env)
             url = "http://" + docker("port", env, "8000/tcp").splitlines()[0]
             wait_http(f"{url}/health", 60)
             subprocess.run(["docker", "exec", env, "python3", "-c", wait_inference], check=True)
             with concurrent.futures.ThreadPoolExecutor(slots) as pool:  # warm-up round, one rollout per slot
-                list(pool.map(lambda _: one_rollout(url, args.max_tokens), range(slots)))
+                list(pool.map(lambda _, url=url: one_rollout(url, args.max_tokens), range(slots)))
             for concurrency in args.concurrency:
                 if prewarm == "on":
                     wait_warm(url)
                 n = concurrency * args.rollouts_per_slot
                 began = time.monotonic()
                 with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-                    results = list(pool.map(lambda _: one_rollout(url, args.max_tokens), range(n)))
+                    results = list(pool.map(lambda _, url=url: one_rollout(url, args.max_tokens), range(n)))
                 elapsed = time.monotonic() - began
                 firsts = [r[0] for r in results]
-                print(f"{prewarm:>8}{concurrency:>12}{n:>10}{n / elapsed * 60:>14.1f}{statistics.median(firsts):>18.2f}"
-                      f"{max(firsts):>18.2f}{statistics.median(r[3] for r in results):>14.2f}"
-                      f"{sum(r[2] for r in results):>10}/{n:<2}")
+                print(
+                    f"{prewarm:>8}{concurrency:>12}{n:>10}{n / elapsed * 60:>14.1f}{statistics.median(firsts):>18.2f}"
+                    f"{max(firsts):>18.2f}{statistics.median(r[3] for r in results):>14.2f}"
+                    f"{sum(r[2] for r in results):>10}/{n:<2}"
+                )
             subprocess.run(["docker", "rm", "-f", env], capture_output=True)
     finally:
         for cid in containers:

@@ -23,8 +23,12 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-BODY = {"model": "policy", "max_tokens": 16, "messages": [{"role": "user", "content": "hello " * 50}],
-        "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
+BODY = {
+    "model": "policy",
+    "max_tokens": 16,
+    "messages": [{"role": "user", "content": "hello " * 50}],
+    "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+}
 
 
 def free_port() -> int:
@@ -34,11 +38,17 @@ def free_port() -> int:
 
 
 def serve(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen:
-    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     for _ in range(300):
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health" if "opencode" in " ".join(argv) else
-                                   f"http://127.0.0.1:{port}/weight_info", timeout=1)
+            urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/health"
+                if "opencode" in " ".join(argv)
+                else f"http://127.0.0.1:{port}/weight_info",
+                timeout=1,
+            )
             return proc
         except OSError:
             time.sleep(0.1)
@@ -46,8 +56,9 @@ def serve(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen:
     raise RuntimeError(f"{argv} did not start")
 
 
-async def worker(client: httpx.AsyncClient, url: str, key: str, stream: bool, deadline: float, out: list[float],
-                 budget: int) -> None:
+async def worker(
+    client: httpx.AsyncClient, url: str, key: str, stream: bool, deadline: float, out: list[float], budget: int
+) -> None:
     headers = {"authorization": f"Bearer {key}"}
     body = {**BODY, "stream": stream}
     while time.perf_counter() < deadline and budget > 0:
@@ -81,27 +92,67 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
     upstream_port, proxy_port = free_port(), free_port()
-    upstream = serve([sys.executable, "-m", "uvicorn", "bench.canned_upstream:app", "--port", str(upstream_port),
-                      "--log-level", "warning", "--no-access-log"], upstream_port, {})
+    upstream = serve(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.canned_upstream:app",
+            "--port",
+            str(upstream_port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        upstream_port,
+        {},
+    )
     scratch = tempfile.mkdtemp(prefix="proxy-bench-")
-    proxy = serve([sys.executable, "-m", "opencode_env_server"], proxy_port, {
-        "PORT": str(proxy_port), "INFERENCE_URL": f"http://127.0.0.1:{upstream_port}", "INFERENCE_MODEL": "canned",
-        "MAX_CONCURRENT_ROLLOUTS": str(max(args.concurrency)), "SANDBOX_NETWORK_ISOLATION": "off",
-        "SANDBOX_ROOT": f"{scratch}/sandboxes", "TRACES_DIR": f"{scratch}/traces"})
+    proxy = serve(
+        [sys.executable, "-m", "opencode_env_server"],
+        proxy_port,
+        {
+            "PORT": str(proxy_port),
+            "INFERENCE_URL": f"http://127.0.0.1:{upstream_port}",
+            "INFERENCE_MODEL": "canned",
+            "MAX_CONCURRENT_ROLLOUTS": str(max(args.concurrency)),
+            "SANDBOX_NETWORK_ISOLATION": "off",
+            "SANDBOX_ROOT": f"{scratch}/sandboxes",
+            "TRACES_DIR": f"{scratch}/traces",
+        },
+    )
     try:
         print(f"proxy overhead vs direct (canned upstream, {args.seconds:g}s per run, {os.cpu_count()} shared cores)")
-        print(f"{'mode':<10}{'conc':>5}{'direct req/s':>14}{'proxy req/s':>13}{'ratio':>7}"
-              f"{'direct p50/p99 ms':>19}{'proxy p50/p99 ms':>18}{'added p50 ms':>14}")
+        print(
+            f"{'mode':<10}{'conc':>5}{'direct req/s':>14}{'proxy req/s':>13}{'ratio':>7}"
+            f"{'direct p50/p99 ms':>19}{'proxy p50/p99 ms':>18}{'added p50 ms':>14}"
+        )
         for concurrency in args.concurrency:
-            rollouts = [httpx.post(f"http://127.0.0.1:{proxy_port}/rollouts", timeout=30, json={
-                "task": {"instruction": "bench", "limits": {"max_turns": 1000, "max_completion_tokens": 1_000_000}},
-                "agent": "external"}).json() for _ in range(concurrency)]
+            rollouts = [
+                httpx.post(
+                    f"http://127.0.0.1:{proxy_port}/rollouts",
+                    timeout=30,
+                    json={
+                        "task": {
+                            "instruction": "bench",
+                            "limits": {"max_turns": 1000, "max_completion_tokens": 1_000_000},
+                        },
+                        "agent": "external",
+                    },
+                ).json()
+                for _ in range(concurrency)
+            ]
             keys = [r["api_key"] for r in rollouts]
             for stream in (False, True):
-                d = asyncio.run(load(f"http://127.0.0.1:{upstream_port}/v1/chat/completions", keys, stream, args.seconds))
+                d = asyncio.run(
+                    load(f"http://127.0.0.1:{upstream_port}/v1/chat/completions", keys, stream, args.seconds)
+                )
                 p = asyncio.run(load(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", keys, stream, args.seconds))
-                print(f"{'stream' if stream else 'unary':<10}{concurrency:>5}{d[0]:>14.0f}{p[0]:>13.0f}{p[0] / d[0]:>7.2f}"
-                      f"{d[1]:>10.2f}/{d[2]:<8.2f}{p[1]:>9.2f}/{p[2]:<8.2f}{p[1] - d[1]:>14.2f}")
+                print(
+                    f"{'stream' if stream else 'unary':<10}{concurrency:>5}{d[0]:>14.0f}{p[0]:>13.0f}"
+                    f"{p[0] / d[0]:>7.2f}"
+                    f"{d[1]:>10.2f}/{d[2]:<8.2f}{p[1]:>9.2f}/{p[2]:<8.2f}{p[1] - d[1]:>14.2f}"
+                )
             for r in rollouts:
                 httpx.delete(f"http://127.0.0.1:{proxy_port}/rollouts/{r['rollout_id']}", timeout=30)
     finally:

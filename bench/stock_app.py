@@ -5,7 +5,7 @@ Only ``max_concurrent_envs`` is raised (the stock default of 1 refuses a second 
 including the per-session thread executor, is the framework's.
 """
 
-from typing import Any, Optional
+from typing import Any
 
 import reasoning_gym
 from openenv.core.env_server.http_server import create_app
@@ -23,19 +23,30 @@ class InlineEnvironment(Environment[ReasoningGymAction, ReasoningGymObservation,
         super().__init__()
         self._dataset: Any = None
         self._index = 0
-        self._entry: Optional[dict] = None
+        self._entry: dict | None = None
 
-    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, dataset_name: Optional[str] = None,
-              dataset_config: Optional[dict] = None, size: Optional[int] = None, **_: Any) -> ReasoningGymObservation:
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        dataset_name: str | None = None,
+        dataset_config: dict | None = None,
+        size: int | None = None,
+        **_: Any,
+    ) -> ReasoningGymObservation:
         if dataset_name is not None or self._dataset is None:
-            self._dataset = reasoning_gym.create_dataset(dataset_name or "leg_counting", seed=42 if seed is None else seed,
-                                                         size=size or 1000, **(dataset_config or {}))
+            self._dataset = reasoning_gym.create_dataset(
+                dataset_name or "leg_counting",
+                seed=42 if seed is None else seed,
+                size=size or 1000,
+                **(dataset_config or {}),
+            )
             self._index = 0
         self._entry = self._dataset[self._index % len(self._dataset)]
         self._index += 1
         return ReasoningGymObservation(question=self._entry["question"], reward=0.0, done=False)
 
-    def step(self, action: ReasoningGymAction, timeout_s: Optional[float] = None, **_: Any) -> ReasoningGymObservation:
+    def step(self, action: ReasoningGymAction, timeout_s: float | None = None, **_: Any) -> ReasoningGymObservation:
         score = float(self._dataset.score_answer(answer=action.answer, entry=self._entry))
         return ReasoningGymObservation(score=score, correct_answer=str(self._entry["answer"]), reward=score, done=True)
 

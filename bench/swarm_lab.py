@@ -15,16 +15,30 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "bench" / "rollout_driver.py"
 # A Docker engine in a container needs every capability this VM grants (--privileged asks for
 # CAP_SYS_RESOURCE too, which it refuses) and the host's cgroups writable.
-NODE_OPTIONS = ["--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
-                "--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined",
-                "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", "/var/lib/docker"]
+NODE_OPTIONS = [
+    "--cap-add",
+    "ALL",
+    "--cap-drop",
+    "SYS_RESOURCE",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+    "--security-opt",
+    "systempaths=unconfined",
+    "-v",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "-v",
+    "/var/lib/docker",
+]
 PROBE = """
 import json, socket, sys, urllib.request
 out = {}
@@ -43,7 +57,7 @@ print(json.dumps(out))
 """
 
 
-def docker(*args: str, host: Optional[str] = None, timeout: float = 300, check: bool = True, **kwargs: Any) -> str:
+def docker(*args: str, host: str | None = None, timeout: float = 300, check: bool = True, **kwargs: Any) -> str:
     """Run ``docker [-H host] ARGS``; its stdout (raises ``RuntimeError`` on failure when ``check``)."""
     command = ["docker", *(["-H", host] if host else []), *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
@@ -74,8 +88,15 @@ class Swarm:
 
     def tasks(self, service: str) -> list[tuple[str, str]]:
         """(node, state) of the service's tasks that should be running."""
-        lines = docker("service", "ps", f"{self.stack}_{service}", "--filter", "desired-state=running",
-                       "--format", "{{.Node}} {{.CurrentState}}").splitlines()
+        lines = docker(
+            "service",
+            "ps",
+            f"{self.stack}_{service}",
+            "--filter",
+            "desired-state=running",
+            "--format",
+            "{{.Node}} {{.CurrentState}}",
+        ).splitlines()
         return [(line.split()[0], line.split()[1]) for line in lines if line.strip()]
 
     def wait_running(self, replicas: int, *services: str, timeout_s: float = 300) -> float:
@@ -83,8 +104,10 @@ class Swarm:
         began = time.monotonic()
         while True:
             tasks = {s: self.tasks(s) for s in services}
-            if all(len(t) == replicas and {state for _, state in t} == {"Running"} and len({n for n, _ in t}) == replicas
-                   for t in tasks.values()):
+            if all(
+                len(t) == replicas and {state for _, state in t} == {"Running"} and len({n for n, _ in t}) == replicas
+                for t in tasks.values()
+            ):
                 return time.monotonic() - began
             if time.monotonic() - began > timeout_s:
                 raise TimeoutError(f"services not running {replicas} per node after {timeout_s}s: {tasks}")
@@ -101,16 +124,26 @@ class Swarm:
         services = services or ("reasoning-gym-env", "opencode-env")
         return json.loads(docker("exec", self.probe, "python3", "-c", PROBE, *services))
 
-    def run(self, *args: str, volumes: Optional[dict[str, str]] = None) -> str:
+    def run(self, *args: str, volumes: dict[str, str] | None = None) -> str:
         """Start a detached container on the stack's network (``docker run ARGS``); its id."""
         mounts = [f"-v{src}:{dst}" for src, dst in (volumes or {}).items()]
         return docker("run", "-d", "--network", self.network, *mounts, *args)
 
     def rollouts(self, count: int, concurrency: int = 2) -> str:
         """Start ``bench/rollout_driver.py`` (``count`` OpenCode rollouts) on the network; its container id."""
-        return self.run("--entrypoint", "python3", self.trainer_image, "/driver.py", "--rollouts", str(count),
-                        "--concurrency", str(concurrency), "--wait-timeout-s", "240",
-                        volumes={str(DRIVER): "/driver.py:ro"})
+        return self.run(
+            "--entrypoint",
+            "python3",
+            self.trainer_image,
+            "/driver.py",
+            "--rollouts",
+            str(count),
+            "--concurrency",
+            str(concurrency),
+            "--wait-timeout-s",
+            "240",
+            volumes={str(DRIVER): "/driver.py:ro"},
+        )
 
 
 def finish(container: str, timeout_s: float = 900) -> str:
@@ -130,8 +163,14 @@ def driver_records(output: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def local_swarm(base_image: str, tag: str, trainer_image: str, inference_container: str,
-                settings: Optional[dict[str, str]] = None, replicas: int = 2) -> Iterator[Swarm]:
+def local_swarm(
+    base_image: str,
+    tag: str,
+    trainer_image: str,
+    inference_container: str,
+    settings: dict[str, str] | None = None,
+    replicas: int = 2,
+) -> Iterator[Swarm]:
     """The two-node swarm with the env services deployed (``replicas`` of each, one per node) and
     ``inference_container`` on the stack's network as ``inference``. ``settings``: stack settings
     (the .env variables) for the rendering."""
@@ -139,14 +178,30 @@ def local_swarm(base_image: str, tag: str, trainer_image: str, inference_contain
     stack, nodes, worker = f"rlswarm{name}", f"rlstack-swarm-nodes-{name}", f"rlstack-swarm-worker-{name}"
     node_image = f"rlstack/swarm-node:{tag}"
     # No build context: the legacy builder does (BuildKit needs buildx in this CLI).
-    docker("build", "-q", "--build-arg", f"BASE_IMAGE={base_image}", "-t", node_image, "-",
-           input=(ROOT / "docker/swarm-node.Dockerfile").read_text())
+    docker(
+        "build",
+        "-q",
+        "--build-arg",
+        f"BASE_IMAGE={base_image}",
+        "-t",
+        node_image,
+        "-",
+        input=(ROOT / "docker/swarm-node.Dockerfile").read_text(),
+    )
     docker("network", "create", nodes)
     swarm = Swarm(stack, worker, trainer_image)
     try:
         gateway = docker("network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", nodes)
-        docker("swarm", "init", "--advertise-addr", gateway, "--listen-addr", f"{gateway}:2377",
-               "--data-path-addr", gateway)
+        docker(
+            "swarm",
+            "init",
+            "--advertise-addr",
+            gateway,
+            "--listen-addr",
+            f"{gateway}:2377",
+            "--data-path-addr",
+            gateway,
+        )
         docker("run", "-d", "--name", worker, "--hostname", worker, "--network", nodes, *NODE_OPTIONS, node_image)
         address = docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", worker)
         worker_host = f"tcp://{address}:2375"
@@ -155,16 +210,37 @@ def local_swarm(base_image: str, tag: str, trainer_image: str, inference_contain
             if time.monotonic() > deadline:
                 raise TimeoutError("the worker's Docker engine did not start")
             time.sleep(1)
-        docker("swarm", "join", "--token", docker("swarm", "join-token", "-q", "worker"), f"{gateway}:2377",
-               host=worker_host)
-        subprocess.run([str(ROOT / "scripts/swarm-images.sh")], check=True, timeout=900,
-                       env={**os.environ, "SWARM_NODE_HOSTS": worker_host, "RLSTACK_TAG": tag})
+        docker(
+            "swarm",
+            "join",
+            "--token",
+            docker("swarm", "join-token", "-q", "worker"),
+            f"{gateway}:2377",
+            host=worker_host,
+        )
+        subprocess.run(
+            [str(ROOT / "scripts/swarm-images.sh")],
+            check=True,
+            timeout=900,
+            env={**os.environ, "SWARM_NODE_HOSTS": worker_host, "RLSTACK_TAG": tag},
+        )
         docker("node", "update", "--label-add", "gpu=true", docker("info", "-f", "{{.Swarm.NodeID}}"))
-        env = {**os.environ, "RLSTACK_TAG": tag, "ENV_REPLICAS": str(replicas), "OPENCODE_REPLICAS": str(replicas),
-               "REASONING_GYM_ENV_PORT": str(free_port()), "OPENCODE_ENV_PORT": str(free_port()), **(settings or {})}
+        env = {
+            **os.environ,
+            "RLSTACK_TAG": tag,
+            "ENV_REPLICAS": str(replicas),
+            "OPENCODE_REPLICAS": str(replicas),
+            "REASONING_GYM_ENV_PORT": str(free_port()),
+            "OPENCODE_ENV_PORT": str(free_port()),
+            **(settings or {}),
+        }
         stack_file = subprocess.run(
             ["python3", str(ROOT / "scripts/swarm_stack.py"), "--only", "reasoning-gym-env", "opencode-env"],
-            check=True, capture_output=True, text=True, env=env).stdout
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
         docker("stack", "deploy", "--resolve-image", "never", "-c", "-", stack, input=stack_file)
         docker("network", "connect", "--alias", "inference", swarm.network, inference_container)
         swarm.probe = docker("run", "-d", "--network", swarm.network, "--entrypoint", "sleep", trainer_image, "7200")
@@ -178,8 +254,9 @@ def local_swarm(base_image: str, tag: str, trainer_image: str, inference_contain
             else:
                 docker("rm", "-f", container, check=False)
         docker("swarm", "leave", "--force", check=False)
-        for volume in docker("volume", "ls", "-q", "--filter", f"label=com.docker.stack.namespace={stack}",
-                             check=False).split():
+        for volume in docker(
+            "volume", "ls", "-q", "--filter", f"label=com.docker.stack.namespace={stack}", check=False
+        ).split():
             docker("volume", "rm", "-f", volume, check=False)
         docker("rm", "-f", "-v", worker, check=False)
         docker("network", "rm", nodes, "docker_gwbridge", check=False)

@@ -53,8 +53,14 @@ def swarm_service(service: dict[str, Any]) -> dict[str, Any]:
         service.setdefault("volumes", []).append({"type": "tmpfs", "target": "/dev/shm", "tmpfs": {"size": int(shm)}})
     ports = []
     for port in service.get("ports", []):
-        ports.append({"target": int(port["target"]), "published": int(port["published"]),
-                      "protocol": port.get("protocol", "tcp"), "mode": "host"})
+        ports.append(
+            {
+                "target": int(port["target"]),
+                "published": int(port["published"]),
+                "protocol": port.get("protocol", "tcp"),
+                "mode": "host",
+            }
+        )
     if ports:
         service["ports"] = ports
     for volume in service.get("volumes", []):
@@ -74,15 +80,25 @@ def render(config: dict[str, Any], only: list[str]) -> dict[str, Any]:
     networks = {}
     for name, network in config.get("networks", {}).items():
         networks[name] = {k: v for k, v in network.items() if k not in ("name", "ipam")}
-    return {"version": "3.9", "services": chosen, "networks": networks,
-            "volumes": {name: {} for name in config.get("volumes", {}) if name in used}}
+    return {
+        "version": "3.9",
+        "services": chosen,
+        "networks": networks,
+        "volumes": {name: {} for name in config.get("volumes", {}) if name in used},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", default=[], metavar="SERVICE", help="render only these services")
-    parser.add_argument("-f", dest="extra", action="append", default=[], type=Path,
-                        help="another Compose file merged after compose.swarm.yaml")
+    parser.add_argument(
+        "-f",
+        dest="extra",
+        action="append",
+        default=[],
+        type=Path,
+        help="another Compose file merged after compose.swarm.yaml",
+    )
     args = parser.parse_args()
     config = compose_config([ROOT / "compose.yaml", ROOT / "compose.swarm.yaml", *args.extra])
     json.dump(render(config, args.only), sys.stdout, indent=1)

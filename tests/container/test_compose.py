@@ -11,6 +11,7 @@ import httpx
 
 from tests.container.conftest import ROOT
 
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -28,8 +29,15 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def dashboard_page(url: str, screenshot: Path) -> str:
     """The dashboard's DOM after its scripts ran, from Debian's Chromium in headless mode; saves a screenshot."""
-    chrome = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-              "--window-size=1400,2400", "--virtual-time-budget=20000"]
+    chrome = [
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--window-size=1400,2400",
+        "--virtual-time-budget=20000",
+    ]
     subprocess.run([*chrome, f"--screenshot={screenshot}", url], check=True, capture_output=True, timeout=120)
     return subprocess.run([*chrome, "--dump-dom", url], check=True, capture_output=True, text=True, timeout=120).stdout
 
@@ -37,27 +45,46 @@ def dashboard_page(url: str, screenshot: Path) -> str:
 def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tmp_path: Path) -> None:
     """The CPU stack comes up health-gated, the default job runs to the end with its outputs, an env
     restart mid-run does not kill it, the dashboard shows the run, and `down -v` leaves nothing."""
-    ports = {name: _free_port() for name in ("REASONING_GYM_ENV_PORT", "INFERENCE_PORT", "OPENCODE_ENV_PORT",
-                                             "DASHBOARD_PORT")}
-    env = {**os.environ, "COMPOSE_PROJECT_NAME": "rlstack-test-compose", "BASE_IMAGE": base_image,
-           "GRPO_MAX_STEPS": str(E2E_STEPS), "ASYNC_GRPO_MAX_STEPS": str(E2E_ASYNC_STEPS),
-           **{k: str(v) for k, v in ports.items()}}
+    ports = {
+        name: _free_port()
+        for name in ("REASONING_GYM_ENV_PORT", "INFERENCE_PORT", "OPENCODE_ENV_PORT", "DASHBOARD_PORT")
+    }
+    env = {
+        **os.environ,
+        "COMPOSE_PROJECT_NAME": "rlstack-test-compose",
+        "BASE_IMAGE": base_image,
+        "GRPO_MAX_STEPS": str(E2E_STEPS),
+        "ASYNC_GRPO_MAX_STEPS": str(E2E_ASYNC_STEPS),
+        **{k: str(v) for k, v in ports.items()},
+    }
     compose = ["docker", "compose"]
     try:
-        subprocess.run([*compose, "up", "--build", "--wait", "--wait-timeout", "600", *SERVICES, "policy-init"],
-                       cwd=ROOT, env=env, check=True)
+        subprocess.run(
+            [*compose, "up", "--build", "--wait", "--wait-timeout", "600", *SERVICES, "policy-init"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
         health = httpx.get(f"http://127.0.0.1:{ports['REASONING_GYM_ENV_PORT']}/health", timeout=5).json()
         assert health["status"] == "healthy" and health["max_sessions"] == 64
         inference = f"http://127.0.0.1:{ports['INFERENCE_PORT']}"
-        assert [m["id"] for m in httpx.get(f"{inference}/v1/models", timeout=5).json()["data"]] == ["rlstack/tiny-qwen3"]
+        assert [m["id"] for m in httpx.get(f"{inference}/v1/models", timeout=5).json()["data"]] == [
+            "rlstack/tiny-qwen3"
+        ]
         opencode = httpx.get(f"http://127.0.0.1:{ports['OPENCODE_ENV_PORT']}/health", timeout=5).json()
         assert opencode["network_isolation"] is True and opencode["inference_url"] == "http://inference:8000"
 
         # As `make up`: the policy is pre-trained while the services start; the services were just
         # health-checked, so the job starts without touching them.
         subprocess.run([*compose, "wait", "policy-init"], cwd=ROOT, env=env, check=True, timeout=600)
-        job = subprocess.Popen([*compose, "up", "--no-deps", "--no-log-prefix", "trainer"], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        job = subprocess.Popen(
+            [*compose, "up", "--no-deps", "--no-log-prefix", "trainer"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         log, restarted = [], False
         for line in job.stdout:  # the job's own output, as a user sees it
             log.append(line)
@@ -66,13 +93,19 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
                 restarted = True
         job.wait(timeout=60)
         text = "".join(log)
-        code = subprocess.run([*compose, "ps", "--all", "--format", "{{.ExitCode}}", "trainer"], cwd=ROOT, env=env,
-                              check=True, capture_output=True, text=True).stdout.strip()
+        code = subprocess.run(
+            [*compose, "ps", "--all", "--format", "{{.ExitCode}}", "trainer"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         assert code == "0", text[-5000:]
         assert restarted and f"[grpo] step {E2E_STEPS}/{E2E_STEPS} | reward" in text
         assert f"[async-grpo] step {E2E_ASYNC_STEPS}/{E2E_ASYNC_STEPS} | reward" in text  # AsyncGRPO beside it
         # Both closing texts again at the end, GRPO's (with the held-out accuracy) last.
-        closing = text[text.rindex("[async-grpo] done"):]
+        closing = text[text.rindex("[async-grpo] done") :]
         assert f"[async-grpo] finished {E2E_ASYNC_STEPS} optimizer steps" in closing
         assert re.search(r"\[grpo\] done\n\[grpo\] finished \d+ optimizer steps\n", closing)
         assert re.search(r"\[grpo\] held-out accuracy \(greedy, 200 questions\).*\n2 jobs side by side in", closing)
@@ -99,8 +132,14 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         assert [m["weight_version"] for m in metrics] == [f"step-{i}" for i in range(1, E2E_ASYNC_STEPS + 1)]
         assert all(m["logprob_max_diff"] <= 1e-3 for m in metrics), metrics
         sessions = read_jsonl(out / "async-grpo-cpu" / "sessions.jsonl")
-        traces = subprocess.run([*compose, "exec", "-T", "opencode-env", "ls", "/data/traces"], cwd=ROOT, env=env,
-                                check=True, capture_output=True, text=True).stdout.split()
+        traces = subprocess.run(
+            [*compose, "exec", "-T", "opencode-env", "ls", "/data/traces"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
         assert {f"{s['rollout_id']}.json" for s in sessions} <= set(traces)
 
         screenshot = Path(os.environ.get("RLSTACK_SCREENSHOT", tmp_path / "dashboard.png"))
@@ -111,8 +150,16 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         assert screenshot.stat().st_size > 10_000
     finally:
         subprocess.run([*compose, "down", "-v", "--remove-orphans"], cwd=ROOT, env=env, check=True)
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rlstack-test-compose"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    volumes = subprocess.run(["docker", "volume", "ls", "-q", "--filter", "label=com.docker.compose.project=rlstack-test-compose"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rlstack-test-compose"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    volumes = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", "label=com.docker.compose.project=rlstack-test-compose"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert left == "" and volumes == ""

@@ -8,8 +8,8 @@ import json
 import os
 import subprocess
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 import yaml
@@ -24,8 +24,14 @@ CONFIGS = ROOT / "trainer/trainer/configs"
 def rendered(command: list[str], base_image: str) -> dict:
     """``docker compose config`` with the shipped .env.example as the user's .env."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_", "GRPO_", "ASYNC_GRPO"))}
-    out = subprocess.run([*command, "--env-file", ".env.example", "config", "--format", "json"], cwd=ROOT,
-                         env={**env, "BASE_IMAGE": base_image}, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [*command, "--env-file", ".env.example", "config", "--format", "json"],
+        cwd=ROOT,
+        env={**env, "BASE_IMAGE": base_image},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out)
 
 
@@ -50,8 +56,9 @@ def test_shipped_env_file_selects_the_gpu_configs(base_image: str) -> None:
         assert name in inference["environment"] and name in trainer, name
     for service in (inference, services["trainer"]):
         assert service["ipc"] == "host" and "shm_size" not in service  # shm_size is void with ipc: host
-    gpus = [s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
-            for s in (inference, services["trainer"])]
+    gpus = [
+        s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for s in (inference, services["trainer"])
+    ]
     assert gpus == [["0"], ["1"]]
     assert trainer["VLLM_HOST_IP"] == services["trainer"]["networks"]["default"]["ipv4_address"]
     assert config["volumes"]["hf-cache"]["name"] == "rlstack-hf-cache"  # shared, outlives the project
@@ -69,7 +76,8 @@ def test_one_gpu_variant_colocates_vllm_in_the_trainer(base_image: str) -> None:
     assert trainer["environment"]["GRPO_CONFIG"] == "grpo-gpu-one.yaml"
     assert trainer["environment"]["ASYNC_GRPO"] == "off"
     assert trainer["deploy"]["resources"]["reservations"]["devices"] == [
-        {"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["0"]}]
+        {"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["0"]}
+    ]
 
 
 @contextmanager
@@ -93,10 +101,21 @@ def test_inference_gpu_caches_are_writable_by_its_user_on_fresh_volumes(gpu_imag
     inference = gpu_images["services"]["inference"]
     with fresh_volumes(inference) as mounts:
         out = subprocess.run(
-            ["docker", "run", "--rm", *mounts, "--entrypoint", "python3", inference["image"], "-c",
-             "import os; from rlstack_inference.serve import unwritable_caches; "
-             "print(os.getuid(), os.environ['HF_HOME'], unwritable_caches(dict(os.environ)))"],
-            capture_output=True, text=True)
+            [
+                "docker",
+                "run",
+                "--rm",
+                *mounts,
+                "--entrypoint",
+                "python3",
+                inference["image"],
+                "-c",
+                "import os; from rlstack_inference.serve import unwritable_caches; "
+                "print(os.getuid(), os.environ['HF_HOME'], unwritable_caches(dict(os.environ)))",
+            ],
+            capture_output=True,
+            text=True,
+        )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["10001", "/cache/huggingface", "[]"], out.stdout
 
@@ -108,11 +127,29 @@ def test_inference_refuses_to_start_on_an_unwritable_cache(gpu_images: dict) -> 
     try:
         # A root-owned volume with content (so Docker does not copy the image's folder into it), as
         # the image without the folder gave: the old defect.
-        subprocess.run(["docker", "run", "--rm", "-u", "0", "-v", f"{volume}:/data", "--entrypoint", "sh",
-                        inference["image"], "-c", "touch /data/keep && chown 0:0 /data && chmod 755 /data"],
-                       check=True)
-        out = subprocess.run(["docker", "run", "--rm", "-v", f"{volume}:/cache/huggingface", "-e", "MODEL=Qwen/x",
-                              inference["image"]], capture_output=True, text=True, timeout=120)
+        subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "-u",
+                "0",
+                "-v",
+                f"{volume}:/data",
+                "--entrypoint",
+                "sh",
+                inference["image"],
+                "-c",
+                "touch /data/keep && chown 0:0 /data && chmod 755 /data",
+            ],
+            check=True,
+        )
+        out = subprocess.run(
+            ["docker", "run", "--rm", "-v", f"{volume}:/cache/huggingface", "-e", "MODEL=Qwen/x", inference["image"]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
     assert out.returncode != 0
@@ -123,11 +160,22 @@ def test_trainer_gpu_caches_and_kernel_cache_are_writable_on_fresh_volumes(gpu_i
     trainer = gpu_images["services"]["trainer"]
     with fresh_volumes(trainer) as mounts:
         out = subprocess.run(
-            ["docker", "run", "--rm", *mounts, "--entrypoint", "python3", trainer["image"], "-c",
-             "import os; from trainer.gpu_preflight import unwritable; "
-             "print(os.environ['KERNELS_CACHE'], unwritable([os.environ['HF_HOME'], os.environ['KERNELS_CACHE'], "
-             "'/outputs', '/weights']))"],
-            capture_output=True, text=True)
+            [
+                "docker",
+                "run",
+                "--rm",
+                *mounts,
+                "--entrypoint",
+                "python3",
+                trainer["image"],
+                "-c",
+                "import os; from trainer.gpu_preflight import unwritable; "
+                "print(os.environ['KERNELS_CACHE'], unwritable([os.environ['HF_HOME'], os.environ['KERNELS_CACHE'], "
+                "'/outputs', '/weights']))",
+            ],
+            capture_output=True,
+            text=True,
+        )
     assert out.returncode == 0, out.stderr
     # The kernel cache lives outside HF_HOME, so the hf-cache volume cannot hide a baked-in kernel.
     kernels, problems = out.stdout.split(maxsplit=1)
@@ -136,8 +184,12 @@ def test_trainer_gpu_caches_and_kernel_cache_are_writable_on_fresh_volumes(gpu_i
 
 def dry_run(image: str, job: str, config: str, *overrides: str) -> subprocess.CompletedProcess:
     sets = [arg for o in overrides for arg in ("--set", o)]
-    return subprocess.run(["docker", "run", "--rm", image, job, "--config", config, *sets, "--dry-run"],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["docker", "run", "--rm", image, job, "--config", config, *sets, "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) -> None:
@@ -153,8 +205,10 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
     assert one["generation"]["vllm_mode"] == "colocate" and one["colocated_vllm"]["enable_sleep_mode"] is True
     assert one["eval"]["generate"] == "local" and one["weight_sync"] == "none"
     # Same effective batch as the two-GPU config.
-    assert (one["trainer"]["per_device_train_batch_size"] * one["trainer"]["gradient_accumulation_steps"]
-            == plan["trainer"]["per_device_train_batch_size"] * plan["trainer"]["gradient_accumulation_steps"])
+    assert (
+        one["trainer"]["per_device_train_batch_size"] * one["trainer"]["gradient_accumulation_steps"]
+        == plan["trainer"]["per_device_train_batch_size"] * plan["trainer"]["gradient_accumulation_steps"]
+    )
 
     max_model_len = int(gpu_images["services"]["inference"]["environment"]["MAX_MODEL_LEN"])
     asynch = dry_run(image, "async-grpo", "async-grpo-gpu.yaml")
@@ -168,38 +222,89 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
 
 def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> None:
     image = gpu_images["services"]["trainer"]["image"]
-    out = dry_run(image, "async-grpo", "async-grpo-gpu.yaml", "async_grpo.temperature=0.7", "async_grpo.top_k=0",
-                  "async_grpo.max_tool_calling_iterations=6", "async_grpo.max_completion_length=4096",
-                  "async_grpo.request_timeout=120", "async_grpo.max_inflight_tasks=-1")
+    out = dry_run(
+        image,
+        "async-grpo",
+        "async-grpo-gpu.yaml",
+        "async_grpo.temperature=0.7",
+        "async_grpo.top_k=0",
+        "async_grpo.max_tool_calling_iterations=6",
+        "async_grpo.max_completion_length=4096",
+        "async_grpo.request_timeout=120",
+        "async_grpo.max_inflight_tasks=-1",
+    )
     assert out.returncode == 0, out.stderr
     worker = json.loads(out.stdout)["rollout_worker"]
-    assert {k: worker[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                                   "max_tool_calling_iterations", "max_tokens", "request_timeout")} == {
-        "temperature": 0.7, "top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0,
-        "max_tool_calling_iterations": 6, "max_tokens": 4096, "request_timeout": 120}
+    assert {
+        k: worker[k]
+        for k in (
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+            "max_tool_calling_iterations",
+            "max_tokens",
+            "request_timeout",
+        )
+    } == {
+        "temperature": 0.7,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": None,
+        "repetition_penalty": 1.0,
+        "max_tool_calling_iterations": 6,
+        "max_tokens": 4096,
+        "request_timeout": 120,
+    }
     assert worker["max_inflight_tasks"] == 4 * 4  # TRL's -1: max_staleness x per-step samples
 
 
-@pytest.mark.parametrize("job, config, override, message", [
-    ("grpo", "grpo-gpu.yaml", "weight_sync.mode=checkpoint", "TRL always syncs the weights to vLLM over NCCL"),
-    ("grpo", "grpo-cpu.yaml", "weight_sync.mode=nccl", "weight_sync.mode: nccl is TRL's vLLM server mode"),
-    ("async-grpo", "async-grpo-gpu.yaml", "weight_sync.mode=checkpoint", "weight_sync does not apply to async-grpo"),
-    # TRL's config fields are checked by name (with a suggestion) and type before TRL sees them.
-    ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_pp=0.9", "unknown key `async_grpo.top_pp`: did you mean `top_p`?"),
-    ("grpo", "grpo-gpu.yaml", "grpo.lerning_rate=0.1", "unknown key `grpo.lerning_rate`: did you mean `learning_rate`?"),
-    ("grpo", "grpo-cpu.yaml", "grpo.max_steps=many", "`grpo.max_steps`: expected int, got str 'many'"),
-    # OpenEnv's harness trains the full-vocabulary policy: a filter would make vLLM's logprobs differ.
-    ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_p=0.9", "training sampling requires top_p=1.0"),
-    ("async-grpo", "async-grpo-cpu.yaml", "async_grpo.repetition_penalty=1.1", "requires repetition_penalty=1.0"),
-])
-def test_inconsistent_gpu_settings_fail_before_anything_loads(gpu_images: dict, job: str, config: str,
-                                                             override: str, message: str) -> None:
+@pytest.mark.parametrize(
+    "job, config, override, message",
+    [
+        ("grpo", "grpo-gpu.yaml", "weight_sync.mode=checkpoint", "TRL always syncs the weights to vLLM over NCCL"),
+        ("grpo", "grpo-cpu.yaml", "weight_sync.mode=nccl", "weight_sync.mode: nccl is TRL's vLLM server mode"),
+        (
+            "async-grpo",
+            "async-grpo-gpu.yaml",
+            "weight_sync.mode=checkpoint",
+            "weight_sync does not apply to async-grpo",
+        ),
+        # TRL's config fields are checked by name (with a suggestion) and type before TRL sees them.
+        (
+            "async-grpo",
+            "async-grpo-gpu.yaml",
+            "async_grpo.top_pp=0.9",
+            "unknown key `async_grpo.top_pp`: did you mean `top_p`?",
+        ),
+        (
+            "grpo",
+            "grpo-gpu.yaml",
+            "grpo.lerning_rate=0.1",
+            "unknown key `grpo.lerning_rate`: did you mean `learning_rate`?",
+        ),
+        ("grpo", "grpo-cpu.yaml", "grpo.max_steps=many", "`grpo.max_steps`: expected int, got str 'many'"),
+        # OpenEnv's harness trains the full-vocabulary policy: a filter would make vLLM's logprobs differ.
+        ("async-grpo", "async-grpo-gpu.yaml", "async_grpo.top_p=0.9", "training sampling requires top_p=1.0"),
+        ("async-grpo", "async-grpo-cpu.yaml", "async_grpo.repetition_penalty=1.1", "requires repetition_penalty=1.0"),
+    ],
+)
+def test_inconsistent_gpu_settings_fail_before_anything_loads(
+    gpu_images: dict, job: str, config: str, override: str, message: str
+) -> None:
     out = dry_run(gpu_images["services"]["trainer"]["image"], job, config, override)
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
 def test_preflight_without_the_nvidia_toolkit_says_so(base_image: str) -> None:
-    out = subprocess.run(["bash", "-c", "source scripts/gpu-preflight.sh && gpu_preflight"], cwd=ROOT,
-                         env={**os.environ, "BASE_IMAGE": base_image}, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        ["bash", "-c", "source scripts/gpu-preflight.sh && gpu_preflight"],
+        cwd=ROOT,
+        env={**os.environ, "BASE_IMAGE": base_image},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1
     assert "NVIDIA container toolkit" in out.stdout, out.stdout

@@ -1,7 +1,7 @@
 """The vllm-cpu inference image: token ids and logprobs, tool calls, weight reload, bad requests."""
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -9,11 +9,18 @@ from inference_client import WeightSyncClient
 
 from tests.container.conftest import MODEL_NAME, SCRIPTED_CALL, run_in_image, start_inference
 
-MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
-            {"role": "user", "content": "Count from one to ten, please."}]
-BASH_TOOL = {"type": "function", "function": {
-    "name": "bash", "description": "Run a shell command",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Count from one to ten, please."},
+]
+BASH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a shell command",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+    },
+}
 TOLERANCE = 1e-4
 
 
@@ -31,8 +38,16 @@ def server(inference_image: str, models_volume: str) -> Iterator[str]:
 
 
 def chat(url: str, **body: object) -> dict:
-    payload = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 12, "temperature": 1.0, "seed": 7,
-               "logprobs": True, "return_token_ids": True, **body}
+    payload = {
+        "model": MODEL_NAME,
+        "messages": MESSAGES,
+        "max_tokens": 12,
+        "temperature": 1.0,
+        "seed": 7,
+        "logprobs": True,
+        "return_token_ids": True,
+        **body,
+    }
     response = httpx.post(f"{url}/v1/chat/completions", json=payload, timeout=120)
     assert response.status_code == 200, response.text
     return response.json()
@@ -56,13 +71,27 @@ def test_chat_completion_token_ids_and_logprobs_match_transformers(server, infer
 
 def test_streaming_carries_the_same_ids_and_logprobs(server) -> None:
     unary = chat(server)
-    with httpx.stream("POST", f"{server}/v1/chat/completions", timeout=120, json={
-        "model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 12, "temperature": 1.0, "seed": 7,
-        "logprobs": True, "return_token_ids": True, "stream": True}) as response:
+    with httpx.stream(
+        "POST",
+        f"{server}/v1/chat/completions",
+        timeout=120,
+        json={
+            "model": MODEL_NAME,
+            "messages": MESSAGES,
+            "max_tokens": 12,
+            "temperature": 1.0,
+            "seed": 7,
+            "logprobs": True,
+            "return_token_ids": True,
+            "stream": True,
+        },
+    ) as response:
         chunks = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
     prompt_ids = next(c["prompt_token_ids"] for c in chunks if c.get("prompt_token_ids"))
     ids = [i for c in chunks for ch in c["choices"] for i in (ch.get("token_ids") or [])]
-    logprobs = [e["logprob"] for c in chunks for ch in c["choices"] for e in ((ch.get("logprobs") or {}).get("content") or [])]
+    logprobs = [
+        e["logprob"] for c in chunks for ch in c["choices"] for e in ((ch.get("logprobs") or {}).get("content") or [])
+    ]
     assert prompt_ids == unary["prompt_token_ids"]
     assert ids == unary["choices"][0]["token_ids"]
     assert max(abs(a - b) for a, b in zip(logprobs, engine_logprobs(unary["choices"][0]), strict=True)) < TOLERANCE
@@ -85,9 +114,13 @@ def test_weight_update_serves_the_new_checkpoint(server, inference_image, models
             assert sync.reload("/models/b", "step-1") == "step-1"
             assert sync.weight_version() != old_version
             after = chat(server)["choices"][0]
-            ref_b = reference(inference_image, models_volume, "/models/b", messages=MESSAGES, completion_ids=after["token_ids"])
+            ref_b = reference(
+                inference_image, models_volume, "/models/b", messages=MESSAGES, completion_ids=after["token_ids"]
+            )
             assert max(abs(a - b) for a, b in zip(engine_logprobs(after), ref_b["logprobs"], strict=True)) < TOLERANCE
-            ref_a = reference(inference_image, models_volume, "/models/a", messages=MESSAGES, completion_ids=after["token_ids"])
+            ref_a = reference(
+                inference_image, models_volume, "/models/a", messages=MESSAGES, completion_ids=after["token_ids"]
+            )
             assert max(abs(a - b) for a, b in zip(engine_logprobs(after), ref_a["logprobs"], strict=True)) > 0.01
         finally:
             sync.reload("/models/a", "step-2")  # leave the shared server as the other tests expect
@@ -106,7 +139,9 @@ def test_weight_update_serves_the_new_checkpoint(server, inference_image, models
     ],
 )
 def test_bad_requests_get_4xx_and_the_server_stays_up(server, body, status) -> None:
-    kwargs = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, str) else {"json": body}
+    kwargs = (
+        {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, str) else {"json": body}
+    )
     response = httpx.post(f"{server}/v1/chat/completions", timeout=60, **kwargs)
     assert response.status_code == status, response.text
     assert httpx.get(f"{server}/health", timeout=10).status_code == 200

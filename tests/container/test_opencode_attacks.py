@@ -21,14 +21,23 @@ from tests.container.test_opencode_env import create, in_container, sandbox_uid,
 PROXY_PORT_BASE, AGENT_PORT_BASE, UID_BASE = 24000, 41000, 20000
 
 
-def run_attack(url: str, script: str, limits: dict | None = None, verify_commands: list[str] | None = None,
-               **extra) -> tuple[dict, str]:
+def run_attack(
+    url: str, script: str, limits: dict | None = None, verify_commands: list[str] | None = None, **extra
+) -> tuple[dict, str]:
     """Run ``script`` (Python) as a setup command of a rollout with no agent (held-out checks:
     ``verify_commands`` instead of the stdin tests); (rollout, its stdout)."""
     checks = {} if verify_commands is None else {"tests": [], "verify_commands": verify_commands}
-    rollout = create(url, task(files={"attack.py": script, **extra.pop("files", {})},
-                               setup=["python3 attack.py"], limits=limits or {"wall_s": 240}, **checks),
-                     agent="external", **extra)
+    rollout = create(
+        url,
+        task(
+            files={"attack.py": script, **extra.pop("files", {})},
+            setup=["python3 attack.py"],
+            limits=limits or {"wall_s": 240},
+            **checks,
+        ),
+        agent="external",
+        **extra,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         status = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}", timeout=30).json()
@@ -44,9 +53,9 @@ def close(url: str, *rollouts: dict) -> None:
         httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}", timeout=60)
 
 
-PROBE = """
+PROBE = f"""
 import json, os, socket, urllib.error, urllib.request
-own = {proxy_base} + os.getuid() - {uid_base}
+own = {PROXY_PORT_BASE} + os.getuid() - {UID_BASE}
 def call(url, key=None, body=None, method="GET"):
     headers = {{"authorization": "Bearer " + key, "content-type": "application/json"}} if key else {{}}
     request = urllib.request.Request(url, data=body, method=method, headers=headers)
@@ -72,9 +81,10 @@ print(json.dumps({{
     "own_port_health": call(f"http://127.0.0.1:{{own}}/health"),
     "own_port_rollouts": call(f"http://127.0.0.1:{{own}}/rollouts", body=b"{{}}", method="POST"),
     "own_port_stolen_key": call(f"http://127.0.0.1:{{own}}/v1/chat/completions", stolen, chat, "POST"),
-    "other_ports": sorted({{call(f"http://127.0.0.1:{{p}}/health") for p in range({proxy_base}, {proxy_base} + 4) if p != own}}),
+    "other_ports": sorted({{call(f"http://127.0.0.1:{{p}}/health")
+                            for p in range({PROXY_PORT_BASE}, {PROXY_PORT_BASE} + 4) if p != own}}),
 }}))
-""".format(proxy_base=PROXY_PORT_BASE, uid_base=UID_BASE)
+"""
 
 
 def test_a_sandbox_reaches_no_control_api_and_no_key_but_its_own(opencode_env) -> None:
@@ -83,9 +93,16 @@ def test_a_sandbox_reaches_no_control_api_and_no_key_but_its_own(opencode_env) -
     attacker, out = run_attack(url, PROBE, files={"stolen_key.txt": victim["api_key"]})
     try:
         seen = json.loads(out.strip().splitlines()[-1])
-        assert seen == {"inherited": [], "api": "unreachable", "api_rollouts": "unreachable", "api_on_own_ip": "unreachable",
-                        "own_port_health": 404, "own_port_rollouts": 404, "own_port_stolen_key": 401,
-                        "other_ports": ["unreachable"]}, out
+        assert seen == {
+            "inherited": [],
+            "api": "unreachable",
+            "api_rollouts": "unreachable",
+            "api_on_own_ip": "unreachable",
+            "own_port_health": 404,
+            "own_port_rollouts": 404,
+            "own_port_stolen_key": 401,
+            "other_ports": ["unreachable"],
+        }, out
         assert httpx.get(f"{url}/rollouts/{victim['rollout_id']}").json()["status"] == "running"  # untouched
     finally:
         close(url, victim, attacker)
@@ -97,12 +114,20 @@ def test_keys_expire_with_their_rollout_and_upstreams_are_limited(opencode_env) 
     assert refused.status_code == 403 and "not allowed" in refused.text
     rollout = create(url, task(), agent="external")
     httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/finish", timeout=30)
-    late = httpx.post(f"{url}/v1/chat/completions", json={"messages": []}, timeout=30,
-                      headers={"authorization": f"Bearer {rollout['api_key']}"})
+    late = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"messages": []},
+        timeout=30,
+        headers={"authorization": f"Bearer {rollout['api_key']}"},
+    )
     close(url, rollout)
     assert late.status_code == 429 and "completed" in late.text
-    gone = httpx.post(f"{url}/v1/chat/completions", json={"messages": []}, timeout=30,
-                      headers={"authorization": f"Bearer {rollout['api_key']}"})
+    gone = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"messages": []},
+        timeout=30,
+        headers={"authorization": f"Bearer {rollout['api_key']}"},
+    )
     assert gone.status_code == 401
 
 
@@ -111,8 +136,11 @@ def test_the_service_follows_no_symlink_a_sandbox_plants(opencode_env) -> None:
     in_container(opencode_env, "sh", "-c", "mkdir -p /probe && echo original > /probe/victim && chmod 0755 /probe")
     # 1. TMPDIR (and the sandbox dir around it) swapped for a link to a root-owned directory;
     # 2. the OpenCode config path (old layout: ~/.config/opencode/opencode.json) linked to a root-owned file.
-    plant = ['rm -rf "$TMPDIR"; ln -s /probe "$TMPDIR"; ls -ld "$TMPDIR"; '
-             'mkdir -p ~/.config/opencode && ln -sf /probe/victim ~/.config/opencode/opencode.json; true', "true"]
+    plant = [
+        'rm -rf "$TMPDIR"; ln -s /probe "$TMPDIR"; ls -ld "$TMPDIR"; '
+        "mkdir -p ~/.config/opencode && ln -sf /probe/victim ~/.config/opencode/opencode.json; true",
+        "true",
+    ]
     rollout = create(url, task(setup=plant, limits={"max_turns": 1, "wall_s": 240, "cpu_s": 299}))
     status = wait(url, rollout["rollout_id"])
     close(url, rollout)
@@ -169,7 +197,8 @@ if os.fork() == 0:  # try to SIGKILL the first file-listing helper (it runs as t
     while time.time() < deadline:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                if open(f"/proc/{pid}/cmdline", "rb").read().endswith(b"inside import main; main(sys.argv[1])\\x00list\\x00"):
+                cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+                if cmdline.endswith(b"inside import main; main(sys.argv[1])\\x00list\\x00"):
                     try:
                         os.kill(int(pid), 9)
                         open("killed", "w").write(pid)
@@ -230,13 +259,18 @@ print("listening")
 """
 
 
-def test_a_seat_served_by_a_foreign_process_is_an_infrastructure_failure(opencode_image, scripted_inference, network) -> None:
+def test_a_seat_served_by_a_foreign_process_is_an_infrastructure_failure(
+    opencode_image, scripted_inference, network
+) -> None:
     # Without pre-started servers, seat 1's port is free until its rollout starts OpenCode on it.
     container = start_opencode_env(opencode_image, network, 2, AGENT_PREWARM="off")
     url = container.url
     try:
-        attacker = create(url, task(files={"fake.py": FAKE_AGENT_SERVER}, setup=[f"python3 fake.py {AGENT_PORT_BASE + 1}"]),
-                          agent="external")
+        attacker = create(
+            url,
+            task(files={"fake.py": FAKE_AGENT_SERVER}, setup=[f"python3 fake.py {AGENT_PORT_BASE + 1}"]),
+            agent="external",
+        )
         deadline = time.monotonic() + 60
         while not httpx.get(f"{url}/rollouts/{attacker['rollout_id']}").json()["setup_results"]:
             assert time.monotonic() < deadline
@@ -264,19 +298,43 @@ def test_held_out_data_and_other_seats_secrets_are_unreadable_by_sandbox_uids(op
             verifying = pool.submit(httpx.post, f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=120)
             seen_in_ps = ""
             while not verifying.done():
-                seen_in_ps += in_container(opencode_env, "setpriv", f"--reuid={other}", f"--regid={other}",
-                                           "--clear-groups", "ps", "-eo", "args").stdout
+                seen_in_ps += in_container(
+                    opencode_env,
+                    "setpriv",
+                    f"--reuid={other}",
+                    f"--regid={other}",
+                    "--clear-groups",
+                    "ps",
+                    "-eo",
+                    "args",
+                ).stdout
             verdict = verifying.result().json()
         assert verdict["passed"] == verdict["total"] == 3, verdict
         assert secret not in seen_in_ps
         rid = rollout["rollout_id"]
-        paths = [f"/data/traces/{rid}.json", f"/data/traces/{rid}.turns.jsonl", f"/sandboxes/{rid}.agent.log",
-                 f"/sandboxes/{rid}/agent.log", f"/sandboxes/{rid}/opencode.json"]
-        seats = [s for s in in_container(opencode_env, "ls", "/sandboxes").stdout.split()
-                 if sandbox_uid(opencode_env, s) != other]
-        paths += [f"/sandboxes/{s}/{p}" for s in seats for p in ("opencode.json", "home/.config/opencode/opencode.json")]
-        readable = [p for p in paths if in_container(opencode_env, "setpriv", f"--reuid={other}", f"--regid={other}",
-                                                     "--clear-groups", "head", "-c1", p).returncode == 0]
+        paths = [
+            f"/data/traces/{rid}.json",
+            f"/data/traces/{rid}.turns.jsonl",
+            f"/sandboxes/{rid}.agent.log",
+            f"/sandboxes/{rid}/agent.log",
+            f"/sandboxes/{rid}/opencode.json",
+        ]
+        seats = [
+            s
+            for s in in_container(opencode_env, "ls", "/sandboxes").stdout.split()
+            if sandbox_uid(opencode_env, s) != other
+        ]
+        paths += [
+            f"/sandboxes/{s}/{p}" for s in seats for p in ("opencode.json", "home/.config/opencode/opencode.json")
+        ]
+        readable = [
+            p
+            for p in paths
+            if in_container(
+                opencode_env, "setpriv", f"--reuid={other}", f"--regid={other}", "--clear-groups", "head", "-c1", p
+            ).returncode
+            == 0
+        ]
         assert readable == []
     finally:
         close(url, rollout)
@@ -284,8 +342,16 @@ def test_held_out_data_and_other_seats_secrets_are_unreadable_by_sandbox_uids(op
 
 def test_no_shared_directory_is_writable_by_a_sandbox_uid(opencode_env) -> None:
     stray = str(UID_BASE + 99)  # a uid of the range with no sandbox of its own
-    found = in_container(opencode_env, "setpriv", f"--reuid={stray}", f"--regid={stray}", "--clear-groups", "sh", "-c",
-                         "find / \\( -path /proc -o -path /sys \\) -prune -o -writable ! -type c ! -type l -print 2>/dev/null")
+    found = in_container(
+        opencode_env,
+        "setpriv",
+        f"--reuid={stray}",
+        f"--regid={stray}",
+        "--clear-groups",
+        "sh",
+        "-c",
+        "find / \\( -path /proc -o -path /sys \\) -prune -o -writable ! -type c ! -type l -print 2>/dev/null",
+    )
     assert found.stdout.split() == [], found.stdout
 
 
@@ -334,12 +400,16 @@ time.sleep(25)
 """
 
 
-@pytest.mark.parametrize(("script", "limits", "evidence"), [
-    (MEMFD, {"memory_mb": 128, "disk_mb": 512}, "memory limit"),
-    (MEMFD_UNDUMPABLE, {"memory_mb": 128}, "cannot be counted"),
-    (SYSV_SHM, {"memory_mb": 128}, "memory limit"),
-    (DELETED_FILES, {"disk_mb": 32}, "disk limit"),
-], ids=["memfd", "memfd-undumpable", "sysv-shm", "deleted-open-files"])
+@pytest.mark.parametrize(
+    ("script", "limits", "evidence"),
+    [
+        (MEMFD, {"memory_mb": 128, "disk_mb": 512}, "memory limit"),
+        (MEMFD_UNDUMPABLE, {"memory_mb": 128}, "cannot be counted"),
+        (SYSV_SHM, {"memory_mb": 128}, "memory limit"),
+        (DELETED_FILES, {"disk_mb": 32}, "disk limit"),
+    ],
+    ids=["memfd", "memfd-undumpable", "sysv-shm", "deleted-open-files"],
+)
 def test_memory_and_disk_hidden_from_the_usual_counts_are_counted(opencode_env, script, limits, evidence) -> None:
     url = opencode_env.url
     rollout, _ = run_attack(url, script, limits={"wall_s": 240, **limits})
@@ -358,28 +428,40 @@ def raw_post(url: str, head: str, body: bytes, timeout_s: float = 20) -> bytes:
         sock.sendall(head.encode() + b"\r\n" + body)
         try:
             return sock.recv(4096)
-        except socket.timeout:
+        except TimeoutError:
             return b"(no answer)"
 
 
 def test_the_proxy_refuses_before_reading_and_bounds_every_body(opencode_env) -> None:
     url = opencode_env.url
-    unauthenticated = raw_post(url, "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer nope\r\n"
-                                    f"content-type: application/json\r\ncontent-length: {64 << 20}\r\n", b"{" * 1024)
+    unauthenticated = raw_post(
+        url,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer nope\r\n"
+        f"content-type: application/json\r\ncontent-length: {64 << 20}\r\n",
+        b"{" * 1024,
+    )
     assert unauthenticated.startswith(b"HTTP/1.1 401"), unauthenticated[:200]
     rollout = create(url, task(), agent="external")
     key = rollout["api_key"]
     try:
-        declared = raw_post(url, f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
-                                 f"content-type: application/json\r\ncontent-length: {64 << 20}\r\n", b"{" * 1024)
+        declared = raw_post(
+            url,
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+            f"content-type: application/json\r\ncontent-length: {64 << 20}\r\n",
+            b"{" * 1024,
+        )
         assert declared.startswith(b"HTTP/1.1 413"), declared[:200]
         headers = {"authorization": f"Bearer {key}"}
 
         def chunks():
             for _ in range(40):
                 yield b" " * (1 << 20)
+
         try:  # answered 413 once past the bound; the server may close before the client stops sending
-            assert httpx.post(f"{url}/v1/chat/completions", content=chunks(), headers=headers, timeout=60).status_code == 413
+            assert (
+                httpx.post(f"{url}/v1/chat/completions", content=chunks(), headers=headers, timeout=60).status_code
+                == 413
+            )
         except httpx.TransportError:
             pass
         for bad in ({"messages": [], "n": 2}, {"messages": [], "max_tokens": "abc"}, {"messages": [], "stream": "yes"}):
@@ -408,8 +490,9 @@ def test_removing_a_huge_sandbox_does_not_stall_the_service(opencode_env) -> Non
     rollout, out = run_attack(url, tree)
     assert "made" in out, out
     order: list[str] = []
-    deleting = threading.Thread(target=lambda: (httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}", timeout=120),
-                                                order.append("delete")))
+    deleting = threading.Thread(
+        target=lambda: (httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}", timeout=120), order.append("delete"))
+    )
     deleting.start()
     time.sleep(0.05)
     assert httpx.get(f"{url}/health", timeout=120).status_code == 200
@@ -418,14 +501,17 @@ def test_removing_a_huge_sandbox_does_not_stall_the_service(opencode_env) -> Non
     assert order == ["health", "delete"]  # answered while the tree was being removed
 
 
-def test_a_restart_answers_waiting_clients_and_records_running_rollouts_as_infra_failures(opencode_image, scripted_inference, network) -> None:
+def test_a_restart_answers_waiting_clients_and_records_running_rollouts_as_infra_failures(
+    opencode_image, scripted_inference, network
+) -> None:
     container = start_opencode_env(opencode_image, network, 2)
     try:
         url = container.url
         rollout = create(url, task(setup=["sleep 600"], limits={"wall_s": 900}))
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            waiting = pool.submit(httpx.post, f"{url}/rollouts/{rollout['rollout_id']}/wait",
-                                  params={"timeout_s": 300}, timeout=120)
+            waiting = pool.submit(
+                httpx.post, f"{url}/rollouts/{rollout['rollout_id']}/wait", params={"timeout_s": 300}, timeout=120
+            )
             time.sleep(1)
             container.get_wrapped_container().restart(timeout=20)
             answer = waiting.result()

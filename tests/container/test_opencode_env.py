@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-
 from testcontainers.core.container import DockerContainer
 
 from tests.container.conftest import MODEL_NAME, SCRIPTED_CALL, start_opencode_env, wait_healthy
@@ -25,21 +24,30 @@ def create(url: str, task: dict, **extra) -> dict:
 
 
 def wait(url: str, rollout_id: str, timeout_s: float = 240) -> dict:
-    return httpx.post(f"{url}/rollouts/{rollout_id}/wait", params={"timeout_s": timeout_s}, timeout=timeout_s + 30).json()
+    return httpx.post(
+        f"{url}/rollouts/{rollout_id}/wait", params={"timeout_s": timeout_s}, timeout=timeout_s + 30
+    ).json()
 
 
 def task(**overrides) -> dict:
-    base = {"task_id": "reverse", "instruction": "Write solution.py that prints its input line reversed.",
-            "tests": REVERSE_TESTS, "limits": {"max_turns": 2, "wall_s": 240}}
+    base = {
+        "task_id": "reverse",
+        "instruction": "Write solution.py that prints its input line reversed.",
+        "tests": REVERSE_TESTS,
+        "limits": {"max_turns": 2, "wall_s": 240},
+    }
     return {**base, **overrides}
 
 
 def in_container(container: DockerContainer, *command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "exec", container.get_wrapped_container().id, *command],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["docker", "exec", container.get_wrapped_container().id, *command], capture_output=True, text=True
+    )
 
 
-def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_tokens(opencode_env, scripted_inference) -> None:
+def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_tokens(
+    opencode_env, scripted_inference
+) -> None:
     url = opencode_env.url
     rollout = create(url, task())
     status = wait(url, rollout["rollout_id"])
@@ -52,12 +60,22 @@ def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_toke
         assert len(turns) == 2 and all(t["upstream_status"] == 200 and t["stream"] for t in turns)
         for t in turns:
             # prompt ids: the engine's own tokenisation of the forwarded request
-            tokenized = httpx.post(f"{scripted_inference.url}/tokenize", timeout=60, json={
-                "model": MODEL_NAME, "messages": t["request"]["messages"], "tools": t["request"].get("tools"),
-                "add_generation_prompt": True}).json()
+            tokenized = httpx.post(
+                f"{scripted_inference.url}/tokenize",
+                timeout=60,
+                json={
+                    "model": MODEL_NAME,
+                    "messages": t["request"]["messages"],
+                    "tools": t["request"].get("tools"),
+                    "add_generation_prompt": True,
+                },
+            ).json()
             assert t["prompt_token_ids"] == tokenized["tokens"]
-            text = httpx.post(f"{scripted_inference.url}/detokenize", timeout=30,
-                              json={"model": MODEL_NAME, "tokens": t["completion_token_ids"]}).json()["prompt"]
+            text = httpx.post(
+                f"{scripted_inference.url}/detokenize",
+                timeout=30,
+                json={"model": MODEL_NAME, "tokens": t["completion_token_ids"]},
+            ).json()["prompt"]
             assert json.dumps(SCRIPTED_CALL) in text and text.startswith("<tool_call>")
             assert len(t["per_token_logps"]) == len(t["completion_token_ids"])
             assert t["finish_reason"] == "tool_calls" and t["trainable"] is True
@@ -74,7 +92,9 @@ def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_toke
         httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
 
-def test_a_prestarted_warm_agent_serves_the_next_rollout_with_its_limits(opencode_image, scripted_inference, network) -> None:
+def test_a_prestarted_warm_agent_serves_the_next_rollout_with_its_limits(
+    opencode_image, scripted_inference, network
+) -> None:
     # One rollout slot and (default AGENT_SPARES=1) two sandbox seats, both warmed with the default limits.
     container = start_opencode_env(opencode_image, network, 1)
     try:
@@ -140,8 +160,9 @@ def test_turn_cap_stops_a_looping_agent_and_leaves_no_process(opencode_env) -> N
 
 def test_killing_a_running_rollout_leaves_no_process_behind(opencode_env) -> None:
     url = opencode_env.url
-    rollout = create(url, task(setup=["sleep 300 & sleep 300 & (setsid sleep 300 &) ; sleep 300"],
-                               limits={"wall_s": 600}))
+    rollout = create(
+        url, task(setup=["sleep 300 & sleep 300 & (setsid sleep 300 &) ; sleep 300"], limits={"wall_s": 600})
+    )
     deadline = time.monotonic() + 30
     while "sleep" not in in_container(opencode_env, "ps", "-eo", "uid,comm").stdout and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -161,21 +182,38 @@ def test_concurrent_rollouts_cannot_see_each_other(opencode_env) -> None:
         time.sleep(1)
         uids = {r["rollout_id"]: sandbox_uid(opencode_env, r["rollout_id"]) for r in (a, b)}
         assert uids[a["rollout_id"]] != uids[b["rollout_id"]]
-        peek = in_container(opencode_env, "setpriv", f"--reuid={uids[b['rollout_id']]}", f"--regid={uids[b['rollout_id']]}",
-                            "--clear-groups", "cat", f"/sandboxes/{a['rollout_id']}/work/mine.txt")
+        peek = in_container(
+            opencode_env,
+            "setpriv",
+            f"--reuid={uids[b['rollout_id']]}",
+            f"--regid={uids[b['rollout_id']]}",
+            "--clear-groups",
+            "cat",
+            f"/sandboxes/{a['rollout_id']}/work/mine.txt",
+        )
         assert peek.returncode != 0 and "Permission denied" in peek.stderr
-        kill = in_container(opencode_env, "setpriv", f"--reuid={uids[b['rollout_id']]}", f"--regid={uids[b['rollout_id']]}",
-                            "--clear-groups", "kill", "-0", "1")
+        kill = in_container(
+            opencode_env,
+            "setpriv",
+            f"--reuid={uids[b['rollout_id']]}",
+            f"--regid={uids[b['rollout_id']]}",
+            "--clear-groups",
+            "kill",
+            "-0",
+            "1",
+        )
         assert kill.returncode != 0
     finally:
         for r in (a, b):
             httpx.delete(f"{url}/rollouts/{r['rollout_id']}")
 
 
-PORT_PROBE = ("import socket,sys\n"
-              "def ok(h,p):\n"
-              "    try:\n        socket.create_connection((h,p),timeout=3).close(); return True\n"
-              "    except OSError: return False\n")
+PORT_PROBE = (
+    "import socket,sys\n"
+    "def ok(h,p):\n"
+    "    try:\n        socket.create_connection((h,p),timeout=3).close(); return True\n"
+    "    except OSError: return False\n"
+)
 
 
 def test_network_reaches_only_the_seats_own_proxy_port(opencode_env) -> None:
@@ -183,11 +221,17 @@ def test_network_reaches_only_the_seats_own_proxy_port(opencode_env) -> None:
     # reaches the proxy on 127.0.0.1:24000+seat.
     wait_healthy(f"{opencode_env.url}/health", timeout_s=120, until=lambda health: health["warm_agents"] >= 1)
     agent_ports, proxy_ports = [41000, 41001, 41002, 41003], [24000, 24001, 24002, 24003]
-    as_root = in_container(opencode_env, "python3", "-c", PORT_PROBE + f"print([ok('127.0.0.1',p) for p in {agent_ports}])")
+    as_root = in_container(
+        opencode_env, "python3", "-c", PORT_PROBE + f"print([ok('127.0.0.1',p) for p in {agent_ports}])"
+    )
     assert "True" in as_root.stdout, as_root  # the service reaches the warm servers...
-    probe = PORT_PROBE + ("print(ok('127.0.0.1',8000), ok('inference',8000), ok('172.17.0.1',80), ok('1.1.1.1',443),"
-                          f" any(ok('127.0.0.1',p) for p in {agent_ports}), [ok('127.0.0.1',p) for p in {proxy_ports}])")
-    run = in_container(opencode_env, "setpriv", "--reuid=20001", "--regid=20001", "--clear-groups", "python3", "-c", probe)
+    probe = PORT_PROBE + (
+        "print(ok('127.0.0.1',8000), ok('inference',8000), ok('172.17.0.1',80), ok('1.1.1.1',443),"
+        f" any(ok('127.0.0.1',p) for p in {agent_ports}), [ok('127.0.0.1',p) for p in {proxy_ports}])"
+    )
+    run = in_container(
+        opencode_env, "setpriv", "--reuid=20001", "--regid=20001", "--clear-groups", "python3", "-c", probe
+    )
     # ...a sandbox none of them, nor the API: only its own seat's proxy port
     assert run.stdout.strip().split(maxsplit=5) == ["False"] * 5 + ["[False, True, False, False]"], run.stderr
 
@@ -195,11 +239,19 @@ def test_network_reaches_only_the_seats_own_proxy_port(opencode_env) -> None:
 @pytest.mark.parametrize(
     ("setup", "limits", "expect_status", "evidence"),
     [
-        (["python3 -c 'x = b\"x\" * (400 << 20); import time; time.sleep(60)'"], {"memory_mb": 128}, "limit_exceeded",
-         "memory limit"),
+        (
+            ["python3 -c 'x = b\"x\" * (400 << 20); import time; time.sleep(60)'"],
+            {"memory_mb": 128},
+            "limit_exceeded",
+            "memory limit",
+        ),
         (["head -c 100M /dev/zero > big.bin && echo written"], {"disk_mb": 16}, "setup_failed", "File size limit"),
-        (["python3 -c 'import subprocess; [subprocess.Popen([\"sleep\", \"30\"]) for _ in range(64)]'"],
-         {"max_processes": 16}, "setup_failed", "Resource temporarily unavailable"),
+        (
+            ['python3 -c \'import subprocess; [subprocess.Popen(["sleep", "30"]) for _ in range(64)]\''],
+            {"max_processes": 16},
+            "setup_failed",
+            "Resource temporarily unavailable",
+        ),
         (["python3 -c 'while True: pass'"], {"cpu_s": 2}, "setup_failed", ""),
         (["sleep 60"], {"wall_s": 3}, "timed_out", "wall-clock"),
     ],

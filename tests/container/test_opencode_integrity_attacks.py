@@ -33,8 +33,13 @@ print("planted", user_site)
 
 def test_checks_run_in_a_context_the_agent_could_not_prepare(opencode_env) -> None:
     url = opencode_env.url
-    checks = ["python3 -c 'import sys; sys.exit(3)'", "python3 -c 'assert 1 == 2'", "git nope", "test ! -e ~/.bashrc",
-              "test -f sitecustomize.py && test ! -e planted.txt"]
+    checks = [
+        "python3 -c 'import sys; sys.exit(3)'",
+        "python3 -c 'assert 1 == 2'",
+        "git nope",
+        "test ! -e ~/.bashrc",
+        "test -f sitecustomize.py && test ! -e planted.txt",
+    ]
     rollout, out = run_attack(url, PLANT, verify_commands=checks)
     try:
         assert "planted" in out, out
@@ -102,8 +107,11 @@ def test_held_out_checks_reach_no_running_rollout(opencode_env) -> None:
     url = opencode_env.url
     receiver, out = run_attack(url, RECEIVER)
     assert "listening" in out, out
-    leaker = create(url, task(files={"sender.py": SENDER}, tests=[], verify_commands=["python3 sender.py  # HELD-OUT-4411"]),
-                    agent="external")
+    leaker = create(
+        url,
+        task(files={"sender.py": SENDER}, tests=[], verify_commands=["python3 sender.py  # HELD-OUT-4411"]),
+        agent="external",
+    )
     try:
         deadline = time.monotonic() + 60  # its files are placed
         while httpx.get(f"{url}/rollouts/{leaker['rollout_id']}").json()["status"] == "pending":
@@ -166,10 +174,14 @@ for _ in range(3000):
 """
 
 
-def test_a_tree_too_deep_for_recursion_breaks_no_walk_and_no_restart(opencode_image, scripted_inference, network) -> None:
+def test_a_tree_too_deep_for_recursion_breaks_no_walk_and_no_restart(
+    opencode_image, scripted_inference, network
+) -> None:
     container = start_opencode_env(opencode_image, network, 1)
     url = container.url
-    hog = "import time\nhog = bytearray(400 << 20)\nfor i in range(0, len(hog), 4096):\n    hog[i] = 1\ntime.sleep(30)\n"
+    hog = (
+        "import time\nhog = bytearray(400 << 20)\nfor i in range(0, len(hog), 4096):\n    hog[i] = 1\ntime.sleep(30)\n"
+    )
     try:
         rollout, _ = run_attack(url, DEEP_TREE + hog, limits={"wall_s": 240, "memory_mb": 128})
         status = wait(url, rollout["rollout_id"], timeout_s=60)
@@ -181,13 +193,20 @@ def test_a_tree_too_deep_for_recursion_breaks_no_walk_and_no_restart(opencode_im
         assert wait(url, left["rollout_id"], timeout_s=60)["status"] == "limit_exceeded"
         # The watchdog stopped it a few hundred levels down; a faster writer gets further before the
         # next check: make it 3000 levels more, past Python's recursion limit, as the restart's leftover.
-        deeper = in_container(container, "python3", "-c", f"import os\nos.chdir('/sandboxes/{left['rollout_id']}/work')\n"
-                              "for _ in range(3000):\n    os.mkdir('e')\n    os.chdir('e')\n")
+        deeper = in_container(
+            container,
+            "python3",
+            "-c",
+            f"import os\nos.chdir('/sandboxes/{left['rollout_id']}/work')\n"
+            "for _ in range(3000):\n    os.mkdir('e')\n    os.chdir('e')\n",
+        )
         assert deeper.returncode == 0, deeper.stderr
         container.get_wrapped_container().restart(timeout=20)
         url = container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
         wait_healthy(f"{url}/health", timeout_s=90)
-        assert left["rollout_id"] not in in_container(container, "ls", "/sandboxes").stdout.split()  # the start-up cleanup
+        assert (
+            left["rollout_id"] not in in_container(container, "ls", "/sandboxes").stdout.split()
+        )  # the start-up cleanup
         close(url, create(url, task(), agent="external"))  # and serves again
     finally:
         container.stop()
@@ -198,14 +217,33 @@ def test_sandbox_code_cannot_change_how_the_engine_samples(opencode_env) -> None
     rollout = create(url, task(), agent="external", sampling={"temperature": 0.7})
     headers = {"authorization": f"Bearer {rollout['api_key']}"}
     try:
-        for field in ({"allowed_token_ids": [1]}, {"structured_outputs": {"choice": ["a"]}}, {"min_tokens": 9},
-                      {"ignore_eos": True}, {"logit_bias": {"1": 100}}, {"tool_choice": "required"}):
-            answer = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=30,
-                                json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **field})
+        for field in (
+            {"allowed_token_ids": [1]},
+            {"structured_outputs": {"choice": ["a"]}},
+            {"min_tokens": 9},
+            {"ignore_eos": True},
+            {"logit_bias": {"1": 100}},
+            {"tool_choice": "required"},
+        ):
+            answer = httpx.post(
+                f"{url}/v1/chat/completions",
+                headers=headers,
+                timeout=30,
+                json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **field},
+            )
             assert answer.status_code == 400, (field, answer.text)
-        relayed = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=120,
-                             json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0.0,
-                                   "seed": 5, "top_p": 0.01})
+        relayed = httpx.post(
+            f"{url}/v1/chat/completions",
+            headers=headers,
+            timeout=120,
+            json={
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 4,
+                "temperature": 0.0,
+                "seed": 5,
+                "top_p": 0.01,
+            },
+        )
         assert relayed.status_code == 200, relayed.text
         [turn] = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/turns", timeout=30).json()
         sent = turn["request"]
@@ -228,8 +266,10 @@ def test_bad_names_and_bad_input_get_clear_answers(opencode_env) -> None:
         close(url, rollout)
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as sock:  # a body over API_MAX_BODY_BYTES
-        sock.sendall(b"POST /rollouts HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                     b"content-length: %d\r\n\r\n{" % (64 << 20))
+        sock.sendall(
+            b"POST /rollouts HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n{" % (64 << 20)
+        )
         assert sock.recv(4096).startswith(b"HTTP/1.1 413"), "no 413"
     with socket.create_connection((host, int(port)), timeout=60) as sock:  # headers that never end
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")

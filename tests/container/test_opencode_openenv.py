@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 import pytest
@@ -30,19 +30,19 @@ class _Upstream(BaseModel):
 # Upstream's envs/opencode_env/models.py, field for field (names, types, defaults); nothing else allowed.
 class UpstreamTurn(_Upstream):
     turn: int
-    finish_reason: Optional[str] = None
+    finish_reason: str | None = None
     completion_tokens: list[str] = Field(default_factory=list)
     completion_token_ids: list[int] = Field(default_factory=list)
     per_token_logps: list[float] = Field(default_factory=list)
     latency_s: float = 0.0
     timestamp: float = 0.0
-    upstream_status: Optional[int] = None
-    upstream_error: Optional[dict[str, Any]] = None
+    upstream_status: int | None = None
+    upstream_error: dict[str, Any] | None = None
 
 
 class UpstreamCommandResult(_Upstream):
     cmd: str
-    exit_code: Optional[int] = None
+    exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
     duration_s: float = 0.0
@@ -51,8 +51,8 @@ class UpstreamCommandResult(_Upstream):
 class UpstreamRolloutResult(_Upstream):
     task_id: str = ""
     sandbox_id: str = ""
-    reward: Optional[float] = None
-    agent_exit_code: Optional[int] = None
+    reward: float | None = None
+    agent_exit_code: int | None = None
     wall_s: float = 0.0
     mode: str = "black_box"
     setup_results: list[UpstreamCommandResult] = Field(default_factory=list)
@@ -62,22 +62,34 @@ class UpstreamRolloutResult(_Upstream):
     files_extra: list[str] = Field(default_factory=list)
     agent_log_tail: str = ""
     proxy_log_tail: str = ""
-    error: Optional[str] = None
+    error: str | None = None
 
 
 def run_rollout_arguments(**overrides: Any) -> dict[str, Any]:
     """Every argument upstream's ``OpenCodeEnv.run_rollout`` sends, with its defaults."""
-    arguments = dict(endpoint="vllm", base_url="http://inference:8000/v1", api_key="intercepted", model="",
-                     instruction="Write solution.py that prints its input line reversed.",
-                     setup=["echo ready > marker.txt"], verify=["test -f marker.txt", "test -f missing.txt"],
-                     task_id="t1", mode="transparent_proxy", disable_thinking=None, max_tokens_cap=4096,
-                     top_logprobs=5, agent_timeout_s=240.0, template="")
+    arguments = dict(
+        endpoint="vllm",
+        base_url="http://inference:8000/v1",
+        api_key="intercepted",
+        model="",
+        instruction="Write solution.py that prints its input line reversed.",
+        setup=["echo ready > marker.txt"],
+        verify=["test -f marker.txt", "test -f missing.txt"],
+        task_id="t1",
+        mode="transparent_proxy",
+        disable_thinking=None,
+        max_tokens_cap=4096,
+        top_logprobs=5,
+        agent_timeout_s=240.0,
+        template="",
+    )
     return {**arguments, **overrides}
 
 
 def rpc(url: str, method: str, timeout: float = 30, **params: Any) -> dict:
-    return httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "method": method, "params": params, "id": 1},
-                      timeout=timeout).json()
+    return httpx.post(
+        f"{url}/mcp", json={"jsonrpc": "2.0", "method": method, "params": params, "id": 1}, timeout=timeout
+    ).json()
 
 
 def sandbox_processes(container: DockerContainer) -> list[str]:
@@ -96,7 +108,10 @@ def test_mcp_tool_client_runs_run_rollout_end_to_end(opencode_env) -> None:
     result = UpstreamRolloutResult.model_validate_json(text)
     assert result.reward == 0.5, (result.error, result.verify_results, result.agent_log_tail[-600:])
     assert result.task_id == "t1" and result.mode == "transparent_proxy" and result.error is None
-    assert [r.exit_code for r in result.setup_results] == [0] and [r.exit_code == 0 for r in result.verify_results] == [True, False]
+    assert [r.exit_code for r in result.setup_results] == [0] and [r.exit_code == 0 for r in result.verify_results] == [
+        True,
+        False,
+    ]
     assert result.files["solution.py"].strip() == "print(input()[::-1])" and "marker.txt" in result.files
     assert len(result.proxy_turns) == 3 and result.wall_s > 0
     for turn in result.proxy_turns:
@@ -115,8 +130,14 @@ def test_ws_and_mcp_share_one_session_and_errors_leave_others_intact(opencode_en
     with connect(url.replace("http://", "ws://") + f"/ws?session_id={session}", max_size=None) as ws:
         ws.send(json.dumps({"type": "reset", "data": {}}))
         assert json.loads(ws.recv(timeout=30))["data"]["metadata"]["status"] == "ready"
-        called = rpc(url, "tools/call", timeout=300, session_id=session, name="run_rollout",
-                     arguments=run_rollout_arguments(task_id="shared", mode="black_box", verify=["test -f solution.py"]))
+        called = rpc(
+            url,
+            "tools/call",
+            timeout=300,
+            session_id=session,
+            name="run_rollout",
+            arguments=run_rollout_arguments(task_id="shared", mode="black_box", verify=["test -f solution.py"]),
+        )
         result = UpstreamRolloutResult.model_validate_json(called["result"]["data"])
         assert result.reward == 1.0 and result.proxy_turns == [] and result.mode == "black_box"
         ws.send(json.dumps({"type": "state"}))
@@ -135,8 +156,13 @@ def test_generic_env_client_steps_the_tool(opencode_env) -> None:
         env.reset()
         tools = env.step({"type": "list_tools"}).observation
         assert [t["name"] for t in tools["tools"]] == ["run_rollout"]
-        step = env.step({"type": "call_tool", "tool_name": "run_rollout",
-                         "arguments": run_rollout_arguments(verify=["test -f solution.py"])})
+        step = env.step(
+            {
+                "type": "call_tool",
+                "tool_name": "run_rollout",
+                "arguments": run_rollout_arguments(verify=["test -f solution.py"]),
+            }
+        )
         assert step.done and step.reward == 1.0
         assert UpstreamRolloutResult.model_validate_json(step.observation["result"]["data"]).reward == 1.0
 
@@ -145,9 +171,18 @@ def test_closing_a_session_stops_its_running_rollout_and_leaves_no_process(openc
     url = opencode_env.url
     session = rpc(url, "openenv/session/create")["result"]["session_id"]
     answer: dict = {}
-    call = threading.Thread(target=lambda: answer.update(rpc(
-        url, "tools/call", timeout=300, session_id=session, name="run_rollout",
-        arguments=run_rollout_arguments(setup=["sleep 300"]))))
+    call = threading.Thread(
+        target=lambda: answer.update(
+            rpc(
+                url,
+                "tools/call",
+                timeout=300,
+                session_id=session,
+                name="run_rollout",
+                arguments=run_rollout_arguments(setup=["sleep 300"]),
+            )
+        )
+    )
     call.start()
     deadline = time.monotonic() + 60
     while not any("sleep 300" in p for p in sandbox_processes(opencode_env)):
@@ -167,9 +202,13 @@ def test_closing_a_session_stops_its_running_rollout_and_leaves_no_process(openc
 def provider(opencode_image: str, network) -> DockerContainer:
     """tests/container/fake_provider.py as ``http://provider:9000`` on the test network."""
     script = Path(__file__).with_name("fake_provider.py")
-    container = (DockerContainer(opencode_image).with_network(network).with_network_aliases("provider")
-                 .with_volume_mapping(str(script), "/fake_provider.py", "ro")
-                 .with_command("python3 /fake_provider.py 9000"))
+    container = (
+        DockerContainer(opencode_image)
+        .with_network(network)
+        .with_network_aliases("provider")
+        .with_volume_mapping(str(script), "/fake_provider.py", "ro")
+        .with_command("python3 /fake_provider.py 9000")
+    )
     container.start()
     yield container
     container.stop()
@@ -177,12 +216,31 @@ def provider(opencode_image: str, network) -> DockerContainer:
 
 def test_an_external_providers_key_reaches_it_and_nothing_else(opencode_env, provider) -> None:
     key = "sk-test-" + "k3y" * 8
-    seen = ["python3", "-c", "import urllib.request;print(urllib.request.urlopen('http://provider:9000/seen').read().decode())"]
+    seen = [
+        "python3",
+        "-c",
+        "import urllib.request;print(urllib.request.urlopen('http://provider:9000/seen').read().decode())",
+    ]
     result: dict = {}
-    call = threading.Thread(target=lambda: result.update(rpc(
-        opencode_env.url, "tools/call", timeout=300, name="run_rollout",
-        arguments=run_rollout_arguments(endpoint="", base_url="http://provider:9000/v1", api_key=key,
-                                        model="provider-model", setup=[], verify=["true"], task_id="ext"))))
+    call = threading.Thread(
+        target=lambda: result.update(
+            rpc(
+                opencode_env.url,
+                "tools/call",
+                timeout=300,
+                name="run_rollout",
+                arguments=run_rollout_arguments(
+                    endpoint="",
+                    base_url="http://provider:9000/v1",
+                    api_key=key,
+                    model="provider-model",
+                    setup=[],
+                    verify=["true"],
+                    task_id="ext",
+                ),
+            )
+        )
+    )
     call.start()
     deadline = time.monotonic() + 120
     while in_container(opencode_env, *seen).stdout.strip() in ("", "[]"):  # the agent's first call is in flight

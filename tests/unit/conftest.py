@@ -2,7 +2,8 @@
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 from reasoning_gym_env_server.environment import ReasoningGymEnvironment
@@ -16,8 +17,9 @@ Scenario = Callable[[ReasoningGymEnvironment], Awaitable[Any]]
 def run() -> Iterator[Callable[[Scenario], Any]]:
     """Run ``scenario(env)`` on one event loop with a two-worker pool shared by the module."""
     loop = asyncio.new_event_loop()
-    pool = WorkerPool(2, timeout_s=2, memory_mb=512, max_entry_bytes=1 << 20,
-                      warnings=RateLimitedLog(logging.getLogger("test"), 100))
+    pool = WorkerPool(
+        2, timeout_s=2, memory_mb=512, max_entry_bytes=1 << 20, warnings=RateLimitedLog(logging.getLogger("test"), 100)
+    )
     loop.run_until_complete(pool.start())
 
     def run_scenario(scenario: Scenario) -> Any:

@@ -11,7 +11,11 @@ def test_named_dataset_matches_reasoning_gym_and_scores_with_it(run) -> None:
     expected = reasoning_gym.create_dataset("chain_sum", seed=11, size=4, min_terms=2, max_terms=3)
 
     async def scenario(env: ReasoningGymEnvironment) -> None:
-        obs = await env.reset(ReasoningGymReset(dataset_name="chain_sum", dataset_config={"min_terms": 2, "max_terms": 3}, seed=11, size=4))
+        obs = await env.reset(
+            ReasoningGymReset(
+                dataset_name="chain_sum", dataset_config={"min_terms": 2, "max_terms": 3}, seed=11, size=4
+            )
+        )
         assert obs.question == expected[0]["question"] and obs.done is False and obs.reward == 0.0
         right = await env.step(ReasoningGymAction(answer=expected[0]["answer"]))
         assert (right.score, right.reward, right.done) == (1.0, 1.0, True)
@@ -59,7 +63,9 @@ def test_first_bare_reset_uses_the_documented_default(run) -> None:
 def test_composite_dataset_uses_specs(run) -> None:
     specs = [{"name": "chain_sum", "weight": 1}, {"name": "leg_counting", "weight": 2, "config": {}}]
     expected = reasoning_gym.create_dataset(
-        "composite", seed=3, size=6,
+        "composite",
+        seed=3,
+        size=6,
         datasets=[reasoning_gym.composite.DatasetSpec(s["name"], s["weight"], s.get("config", {})) for s in specs],
     )
 
@@ -90,12 +96,24 @@ CHAIN = {"dataset_name": "chain_sum", "seed": 1, "size": 2}
 @pytest.mark.parametrize(
     ("kwargs", "message", "code"),
     [
-        ({"dataset_name": "no_such_dataset", "seed": 1, "size": 2}, "Unknown dataset 'no_such_dataset'", "VALIDATION_ERROR"),
+        (
+            {"dataset_name": "no_such_dataset", "seed": 1, "size": 2},
+            "Unknown dataset 'no_such_dataset'",
+            "VALIDATION_ERROR",
+        ),
         ({"dataset_name": "chain_sum"}, "needs both 'seed' and 'size'", "VALIDATION_ERROR"),
         ({"dataset_name": "chain_sum", "seed": 1}, "needs both 'seed' and 'size'", "VALIDATION_ERROR"),
         ({"dataset_name": "chain_sum", "seed": -1, "size": 2}, "'seed' must be an integer from 0", "VALIDATION_ERROR"),
-        ({"dataset_name": "chain_sum", "seed": 1, "size": 0}, "'size' must be an integer from 1 to 10000", "VALIDATION_ERROR"),
-        ({"dataset_name": "chain_sum", "seed": 1, "size": 10_001}, "'size' must be an integer from 1 to 10000", "VALIDATION_ERROR"),
+        (
+            {"dataset_name": "chain_sum", "seed": 1, "size": 0},
+            "'size' must be an integer from 1 to 10000",
+            "VALIDATION_ERROR",
+        ),
+        (
+            {"dataset_name": "chain_sum", "seed": 1, "size": 10_001},
+            "'size' must be an integer from 1 to 10000",
+            "VALIDATION_ERROR",
+        ),
         ({**CHAIN, "dataset_config": {"bogus": 1}}, "Invalid dataset_config", "VALIDATION_ERROR"),
         ({**CHAIN, "dataset_config": {"min_terms": 5, "max_terms": 2}}, "Invalid dataset_config", "VALIDATION_ERROR"),
         ({**CHAIN, "dataset_config": {"max_terms": 2**60}}, "beyond", "VALIDATION_ERROR"),
@@ -104,20 +122,39 @@ CHAIN = {"dataset_name": "chain_sum", "seed": 1, "size": 2}
         ({**CHAIN, "dataset_config": {"a": list(range(20_000))}}, "more than 10000 values", "VALIDATION_ERROR"),
         ({**CHAIN, "dataset_config": {"a": "x" * 20_000}}, "string longer", "VALIDATION_ERROR"),
         ({"dataset_name": "composite", "seed": 1, "size": 2}, "non-empty list 'dataset_specs'", "VALIDATION_ERROR"),
-        ({"dataset_name": "composite", "seed": 1, "size": 2, "dataset_specs": [{"name": "nope"}]}, "unknown dataset 'nope'",
-         "VALIDATION_ERROR"),
-        ({"dataset_name": "composite", "seed": 1, "size": 2, "dataset_specs": [{"name": "chain_sum", "weight": 0}]},
-         "weight must be a positive number", "VALIDATION_ERROR"),
+        (
+            {"dataset_name": "composite", "seed": 1, "size": 2, "dataset_specs": [{"name": "nope"}]},
+            "unknown dataset 'nope'",
+            "VALIDATION_ERROR",
+        ),
+        (
+            {"dataset_name": "composite", "seed": 1, "size": 2, "dataset_specs": [{"name": "chain_sum", "weight": 0}]},
+            "weight must be a positive number",
+            "VALIDATION_ERROR",
+        ),
         ({"size": 3}, "need 'dataset_name'", "VALIDATION_ERROR"),
         # Accepted by reasoning-gym's validate(), then it raises IndexError generating the first question.
-        ({"dataset_name": "spell_backward", "seed": 1, "size": 2, "dataset_config": {"min_word_len": 100, "max_word_len": 200}},
-         "reasoning-gym failed", "DATASET_ERROR"),
+        (
+            {
+                "dataset_name": "spell_backward",
+                "seed": 1,
+                "size": 2,
+                "dataset_config": {"min_word_len": 100, "max_word_len": 200},
+            },
+            "reasoning-gym failed",
+            "DATASET_ERROR",
+        ),
         # A sieve up to 2e8 needs more than the worker's memory bound.
-        ({"dataset_name": "count_primes", "seed": 1, "size": 2, "dataset_config": {"max_n": 200_000_000}},
-         "memory bound", "DATASET_TOO_COSTLY"),
+        (
+            {"dataset_name": "count_primes", "seed": 1, "size": 2, "dataset_config": {"max_n": 200_000_000}},
+            "memory bound",
+            "DATASET_TOO_COSTLY",
+        ),
     ],
 )
-def test_bad_reset_arguments_are_rejected_and_keep_the_current_dataset(run, kwargs: dict, message: str, code: str) -> None:
+def test_bad_reset_arguments_are_rejected_and_keep_the_current_dataset(
+    run, kwargs: dict, message: str, code: str
+) -> None:
     expected = reasoning_gym.create_dataset("chain_sum", seed=9, size=5)
 
     async def scenario(env: ReasoningGymEnvironment) -> None:

@@ -5,15 +5,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from trainer import gpu_preflight
 from trainer.gpu_preflight import parse_nvidia_smi, plan, vllm_share
 
+from trainer import gpu_preflight
+
 A100_40 = "0, NVIDIA A100-SXM4-40GB, 8.0, 40960, 40339, 580.82.07\n"
-TWO_H100 = ("0, NVIDIA H100 80GB HBM3, 9.0, 81559, 81000, 580.95.05\n"
-            "1, NVIDIA H100 80GB HBM3, 9.0, 81559, 81000, 580.95.05\n")
-TWO_L40S = ("0, NVIDIA L40S, 8.9, 46068, 45500, 580.95.05\n"
-            "1, NVIDIA L40S, 8.9, 46068, 45500, 580.95.05\n")
+TWO_H100 = (
+    "0, NVIDIA H100 80GB HBM3, 9.0, 81559, 81000, 580.95.05\n1, NVIDIA H100 80GB HBM3, 9.0, 81559, 81000, 580.95.05\n"
+)
+TWO_L40S = "0, NVIDIA L40S, 8.9, 46068, 45500, 580.95.05\n1, NVIDIA L40S, 8.9, 46068, 45500, 580.95.05\n"
 
 
 def verdict_of(smi: str, **env: str) -> gpu_preflight.Verdict:
@@ -68,8 +68,10 @@ def test_free_memory_is_checked_per_role():
     busy = TWO_H100.replace("1, NVIDIA H100 80GB HBM3, 9.0, 81559, 81000", "1, NVIDIA H100 80GB HBM3, 9.0, 81559, 9000")
     verdict = verdict_of(busy)
     assert any(line.startswith("FAIL  GPU 1") and "the trainer needs ~28.0 GiB" in line for line in verdict.lines)
-    small_vllm_share = verdict_of(TWO_H100.replace("81559, 81000, 580.95.05\n1", "81559, 30000, 580.95.05\n1"),
-                                  GPU_VLLM_EXTRA_ARGS="--gpu-memory-utilization 0.3")
+    small_vllm_share = verdict_of(
+        TWO_H100.replace("81559, 81000, 580.95.05\n1", "81559, 30000, 580.95.05\n1"),
+        GPU_VLLM_EXTRA_ARGS="--gpu-memory-utilization 0.3",
+    )
     assert not small_vllm_share.failed, small_vllm_share.lines  # 0.3 x 79.6 GiB = 23.9 GiB <= 29.3 free
 
 
@@ -84,8 +86,10 @@ def test_forced_topology_and_bad_values():
     assert failures(verdict_of("")) == ["FAIL  nvidia-smi lists no GPU"]
 
 
-@pytest.mark.parametrize("flags, share", [("", 0.9), ("--gpu-memory-utilization 0.5", 0.5),
-                                          ("--enforce-eager --gpu-memory-utilization=0.4", 0.4)])
+@pytest.mark.parametrize(
+    "flags, share",
+    [("", 0.9), ("--gpu-memory-utilization 0.5", 0.5), ("--enforce-eager --gpu-memory-utilization=0.4", 0.4)],
+)
 def test_vllm_share_read_from_the_extra_flags(flags, share):
     assert vllm_share(flags) == share
 
@@ -99,12 +103,20 @@ def test_script_prints_the_verdict_and_the_topology_for_the_shell(tmp_path):
     smi = tmp_path / "smi.csv"
     smi.write_text(A100_40)
     script = Path(gpu_preflight.__file__)
-    ok = subprocess.run([sys.executable, str(script), "--nvidia-smi-output", str(smi)], capture_output=True,
-                        text=True, env={"GPU_TOPOLOGY": "auto"})
+    ok = subprocess.run(
+        [sys.executable, str(script), "--nvidia-smi-output", str(smi)],
+        capture_output=True,
+        text=True,
+        env={"GPU_TOPOLOGY": "auto"},
+    )
     assert ok.returncode == 0, ok.stderr
     assert "topology=one" in ok.stdout.splitlines() and "one_gpu=0" in ok.stdout.splitlines()
     smi.write_text(TWO_H100)
-    bad = subprocess.run([sys.executable, str(script), "--nvidia-smi-output", str(smi)], capture_output=True,
-                         text=True, env={"INFERENCE_GPU": "0", "TRAINER_GPU": "0"})
+    bad = subprocess.run(
+        [sys.executable, str(script), "--nvidia-smi-output", str(smi)],
+        capture_output=True,
+        text=True,
+        env={"INFERENCE_GPU": "0", "TRAINER_GPU": "0"},
+    )
     assert bad.returncode == 1 and "topology=" not in bad.stdout
     assert "stopped before starting anything" in bad.stdout

@@ -1,22 +1,33 @@
 """Held-out evaluation: answer parsing, intervals, paired differences and the config checks."""
 
 import pytest
-
 from trainer.config import ConfigError
 from trainer.evaluate import eval_settings, table
 from trainer.generation import parse_answer
-from trainer.held_out import (before_after_line, held_out_questions, mean_ci, paired_difference, proportion_ci,
-                              summary_of)
+from trainer.held_out import (
+    before_after_line,
+    held_out_questions,
+    mean_ci,
+    paired_difference,
+    proportion_ci,
+    summary_of,
+)
 from trainer.reasoning_gym_tools import ReasoningGymSettings
 
 
 def test_answers_are_read_from_the_answer_tool_call_only() -> None:
-    assert parse_answer('<tool_call>\n{"name": "answer", "arguments": {"answer": "12"}}\n</tool_call><|im_end|>') == "12"
+    assert (
+        parse_answer('<tool_call>\n{"name": "answer", "arguments": {"answer": "12"}}\n</tool_call><|im_end|>') == "12"
+    )
     assert parse_answer('<tool_call>{"name": "answer", "arguments": {"answer": 7}}</tool_call>') == "7"
     assert parse_answer('<tool_call>{"name": "bash", "arguments": {"answer": "1"}}</tool_call>') is None
     assert parse_answer("the answer is 12") is None and parse_answer("<tool_call>{nope}</tool_call>") is None
-    assert parse_answer('<tool_call>{bad</tool_call> <tool_call>{"name": "answer", "arguments": {"answer": "3"}}'
-                        '</tool_call>') == "3"
+    assert (
+        parse_answer(
+            '<tool_call>{bad</tool_call> <tool_call>{"name": "answer", "arguments": {"answer": "3"}}</tool_call>'
+        )
+        == "3"
+    )
 
 
 def test_intervals() -> None:
@@ -54,6 +65,9 @@ def test_eval_settings_and_seeds_are_checked() -> None:
 
 
 def test_table_has_a_row_per_mode() -> None:
-    report = {"label": "final", "modes": {m: {"summary": summary_of(records([True, False]))} for m in ("T=1.0", "greedy")}}
+    report = {
+        "label": "final",
+        "modes": {m: {"summary": summary_of(records([True, False]))} for m in ("T=1.0", "greedy")},
+    }
     rows = table([report]).splitlines()
     assert len(rows) == 3 and "50.0%" in rows[1] and rows[2].split()[1] == "greedy"

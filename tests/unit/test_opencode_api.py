@@ -6,21 +6,37 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-
-from opencode_env_client.models import (CreatedRollout, Health, OpenCodeState, RolloutSummary, RunRolloutArguments,
-                                        Verification)
+from opencode_env_client.models import (
+    CreatedRollout,
+    Health,
+    OpenCodeState,
+    RolloutSummary,
+    RunRolloutArguments,
+    Verification,
+)
 from opencode_env_server.app import create_app
 from opencode_env_server.run_rollout import request_for
 from opencode_env_server.settings import Provider, Settings
 
 INSTRUCTION = "Write solution.py."
-SYSTEM_PYTHON = "/usr/bin/python3"  # the sandbox uids run the file helpers; the venv's interpreter may be out of their reach
+SYSTEM_PYTHON = (
+    "/usr/bin/python3"  # the sandbox uids run the file helpers; the venv's interpreter may be out of their reach
+)
 
 
 def settings(tmp_path: Path, **overrides) -> Settings:
-    base = dict(network_isolation=False, agent_prewarm=False, sandbox_root=tmp_path / "sandboxes",
-                traces_dir=tmp_path / "traces", inference_model="policy-model", max_concurrent_rollouts=2,
-                max_sessions=2, sandbox_uid_base=21000, verifier_uid_base=31000, helper_python=SYSTEM_PYTHON)
+    base = dict(
+        network_isolation=False,
+        agent_prewarm=False,
+        sandbox_root=tmp_path / "sandboxes",
+        traces_dir=tmp_path / "traces",
+        inference_model="policy-model",
+        max_concurrent_rollouts=2,
+        max_sessions=2,
+        sandbox_uid_base=21000,
+        verifier_uid_base=31000,
+        helper_python=SYSTEM_PYTHON,
+    )
     return Settings(**{**base, **overrides})
 
 
@@ -66,7 +82,9 @@ def test_bad_requests_get_clear_4xx_and_capacity_503(client: TestClient) -> None
     assert client.get("/rollouts/nope").status_code == 404
     bad = client.post("/rollouts", json={"task": {"instruction": INSTRUCTION, "bogus": 1}})
     assert bad.status_code == 422 and "bogus" in bad.text
-    refused = client.post("/rollouts", json={"task": {"instruction": INSTRUCTION}, "upstream_url": "http://10.0.0.1:80"})
+    refused = client.post(
+        "/rollouts", json={"task": {"instruction": INSTRUCTION}, "upstream_url": "http://10.0.0.1:80"}
+    )
     assert refused.status_code == 403 and "ALLOWED_UPSTREAMS" in refused.json()["detail"]["message"]
     first, second = external(client), external(client)
     busy = client.post("/rollouts", json={"task": {"instruction": INSTRUCTION}, "agent": "external"})
@@ -83,7 +101,10 @@ def test_mcp_sessions_tools_and_json_rpc_errors(client: TestClient) -> None:
     assert client.post("/mcp", content=b"{not json").json()["error"]["code"] == -32700
     assert client.post("/mcp", json={"method": "tools/list"}).json()["error"]["code"] == -32600
     assert rpc(client, "resources/list")["error"]["code"] == -32601
-    assert rpc(client, "tools/call", name="rm_rf", arguments={}, session_id=session)["error"]["message"] == "Tool not found: rm_rf"
+    assert (
+        rpc(client, "tools/call", name="rm_rf", arguments={}, session_id=session)["error"]["message"]
+        == "Tool not found: rm_rf"
+    )
     bad = rpc(client, "tools/call", name="run_rollout", arguments={"instruction": "x", "bogus": 1}, session_id=session)
     assert bad["error"]["code"] == -32602 and "unknown argument 'bogus'" in bad["error"]["message"]
     missing = rpc(client, "tools/call", name="run_rollout", arguments={}, session_id=session)
@@ -134,18 +155,41 @@ def test_idle_sessions_expire_with_a_clear_error(tmp_path: Path) -> None:
         assert error["code"] == -32602 and "expired after 0.2s" in error["message"]
 
 
-@pytest.mark.parametrize("arguments, expected", [
-    ({}, dict(upstream_url=None, upstream_api_key=None, model=None, record_turns=True, top_logprobs=5, thinking=True)),
-    ({"endpoint": "vllm", "base_url": "http://inference:8000/v1", "api_key": "intercepted"},
-     dict(upstream_url=None, upstream_api_key=None, model=None, thinking=False)),
-    ({"base_url": "https://llm.example/v1", "api_key": "sk-1", "model": "m", "mode": "black_box"},
-     dict(upstream_url="https://llm.example/v1", upstream_api_key="sk-1", model="m", record_turns=False,
-          top_logprobs=None, thinking=True)),
-    ({"endpoint": "openai"}, dict(upstream_url="https://api.openai.com/v1", upstream_api_key="sk-server", model="gpt-4o-mini")),
-])
+@pytest.mark.parametrize(
+    "arguments, expected",
+    [
+        (
+            {},
+            dict(
+                upstream_url=None, upstream_api_key=None, model=None, record_turns=True, top_logprobs=5, thinking=True
+            ),
+        ),
+        (
+            {"endpoint": "vllm", "base_url": "http://inference:8000/v1", "api_key": "intercepted"},
+            dict(upstream_url=None, upstream_api_key=None, model=None, thinking=False),
+        ),
+        (
+            {"base_url": "https://llm.example/v1", "api_key": "sk-1", "model": "m", "mode": "black_box"},
+            dict(
+                upstream_url="https://llm.example/v1",
+                upstream_api_key="sk-1",
+                model="m",
+                record_turns=False,
+                top_logprobs=None,
+                thinking=True,
+            ),
+        ),
+        (
+            {"endpoint": "openai"},
+            dict(upstream_url="https://api.openai.com/v1", upstream_api_key="sk-server", model="gpt-4o-mini"),
+        ),
+    ],
+)
 def test_run_rollout_arguments_map_to_a_rollout_request(tmp_path: Path, arguments, expected) -> None:
-    providers = {"openai": Provider("https://api.openai.com/v1", "sk-server", "gpt-4o-mini"),
-                 "hf_router": Provider("https://router.huggingface.co/v1")}
+    providers = {
+        "openai": Provider("https://api.openai.com/v1", "sk-server", "gpt-4o-mini"),
+        "hf_router": Provider("https://router.huggingface.co/v1"),
+    }
     request = request_for(RunRolloutArguments(instruction="x", **arguments), settings(tmp_path, providers=providers))
     thinking = expected.pop("thinking", None)
     for name, value in expected.items():
@@ -157,7 +201,9 @@ def test_run_rollout_arguments_map_to_a_rollout_request(tmp_path: Path, argument
 
 def test_run_rollout_argument_edges(tmp_path: Path) -> None:
     s = settings(tmp_path)
-    assert request_for(RunRolloutArguments(instruction="x", max_tokens_cap=0), s).task.limits.max_tokens_per_turn == 131072
+    assert (
+        request_for(RunRolloutArguments(instruction="x", max_tokens_cap=0), s).task.limits.max_tokens_per_turn == 131072
+    )
     with pytest.raises(ValueError, match="HF_ROUTER_API_KEY"):
         request_for(RunRolloutArguments(instruction="x", endpoint="hf_router"), s)
     with pytest.raises(Exception, match="endpoint"):

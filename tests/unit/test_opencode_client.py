@@ -5,17 +5,37 @@ import pickle
 
 import httpx
 import pytest
+from opencode_env_client import (
+    OpenCodeEnvClient,
+    OpenCodeEnvError,
+    OpenCodeSessionFactory,
+    ReplicaPool,
+    RolloutNotScorable,
+    ServiceBusyError,
+)
+from opencode_env_client.models import CreatedRollout, Health, RolloutSummary, Task, Verification
 from openenv.core.harness import TrainableSession
 
-from opencode_env_client import (OpenCodeEnvClient, OpenCodeEnvError, OpenCodeSessionFactory, ReplicaPool,
-                                 RolloutNotScorable, ServiceBusyError)
-from opencode_env_client.models import CreatedRollout, Health, RolloutSummary, Task, Verification
-
-TASK = {"task_id": "t1", "instruction": "Write solution.py that reverses a line.",
-        "tests": [{"stdin": "ab\n", "expected_stdout": "ba"}]}
-TRACE = {"schema_version": 1, "turns": [{
-    "node_id": "r1:0", "prompt_token_ids": [1, 2, 3], "completion_token_ids": [4, 5], "per_token_logps": [-0.5, -1.0],
-    "loss_mask": [0, 0, 0, 1, 1], "request": {"messages": []}, "response": {}, "metadata": {}}]}
+TASK = {
+    "task_id": "t1",
+    "instruction": "Write solution.py that reverses a line.",
+    "tests": [{"stdin": "ab\n", "expected_stdout": "ba"}],
+}
+TRACE = {
+    "schema_version": 1,
+    "turns": [
+        {
+            "node_id": "r1:0",
+            "prompt_token_ids": [1, 2, 3],
+            "completion_token_ids": [4, 5],
+            "per_token_logps": [-0.5, -1.0],
+            "loss_mask": [0, 0, 0, 1, 1],
+            "request": {"messages": []},
+            "response": {},
+            "metadata": {},
+        }
+    ],
+}
 
 
 class FakeService:
@@ -33,20 +53,34 @@ class FakeService:
         if request.method == "POST" and path == "/rollouts":
             if self.busy:
                 return httpx.Response(503, json={"detail": {"message": "all 4 rollout slots are busy"}})
-            created = CreatedRollout(rollout_id="r1", task_id="t1", api_key="k", status="running",
-                                     proxy_base_url="http://opencode-env:8000/v1", model="policy")
+            created = CreatedRollout(
+                rollout_id="r1",
+                task_id="t1",
+                api_key="k",
+                status="running",
+                proxy_base_url="http://opencode-env:8000/v1",
+                model="policy",
+            )
             return httpx.Response(201, json=created.model_dump())
         if path == "/rollouts/r1/wait":
             self.waits += 1
             final = self.waits >= 2
-            summary = RolloutSummary(rollout_id="r1", task_id="t1", status="completed" if final else "running",
-                                     final=final, turns=1, agent_exit_code=0, created_at=0.0)
+            summary = RolloutSummary(
+                rollout_id="r1",
+                task_id="t1",
+                status="completed" if final else "running",
+                final=final,
+                turns=1,
+                agent_exit_code=0,
+                created_at=0.0,
+            )
             return httpx.Response(200, json=summary.model_dump())
         if path == "/rollouts/r1/trace":
             return httpx.Response(200, json=TRACE)
         if path == "/rollouts/r1/verify":
-            verification = Verification(reward=self.reward, passed=1, total=1, results=[],
-                                        reason="not scored: infra_failure (upstream down)")
+            verification = Verification(
+                reward=self.reward, passed=1, total=1, results=[], reason="not scored: infra_failure (upstream down)"
+            )
             return httpx.Response(200, json=verification.model_dump())
         if request.method == "DELETE":
             return httpx.Response(204)
@@ -54,15 +88,26 @@ class FakeService:
 
 
 def health(active: int, max_rollouts: int = 4, total: int = 0, replica: str = "a") -> Health:
-    return Health(status="healthy", active_rollouts=active, max_rollouts=max_rollouts, seats=max_rollouts + 1,
-                  warm_agents=1, sessions=0, max_sessions=16, inference_url="http://inference:8000",
-                  network_isolation=True, replica=replica, rollouts_total=total)
+    return Health(
+        status="healthy",
+        active_rollouts=active,
+        max_rollouts=max_rollouts,
+        seats=max_rollouts + 1,
+        warm_agents=1,
+        sessions=0,
+        max_sessions=16,
+        inference_url="http://inference:8000",
+        network_isolation=True,
+        replica=replica,
+        rollouts_total=total,
+    )
 
 
 def factory_with(service: FakeService, **kwargs) -> OpenCodeSessionFactory:
     factory = OpenCodeSessionFactory("http://opencode-env:8000", [TASK], sampling={"temperature": 0.7}, **kwargs)
-    factory._replicas = ReplicaPool(factory.base_url, poll_s=0.01, resolve=lambda host, port: [],
-                                    transport=httpx.MockTransport(service))
+    factory._replicas = ReplicaPool(
+        factory.base_url, poll_s=0.01, resolve=lambda host, port: [], transport=httpx.MockTransport(service)
+    )
     return factory
 
 

@@ -43,8 +43,9 @@ def test_a_process_behind_a_zombie_leader_is_counted_and_killed() -> None:
         os.setgid(STRAY_UID)
         os.setuid(STRAY_UID)
 
-    hider = subprocess.Popen([SYSTEM_PYTHON, "-I", "-S", "-c", ZOMBIE_LEADER], stdout=subprocess.PIPE, text=True,
-                             preexec_fn=demote, cwd="/")
+    hider = subprocess.Popen(
+        [SYSTEM_PYTHON, "-I", "-S", "-c", ZOMBIE_LEADER], stdout=subprocess.PIPE, text=True, preexec_fn=demote, cwd="/"
+    )
     try:
         assert hider.stdout.readline() == "ready\n"
         for _ in range(100):  # until the leader has exited
@@ -126,17 +127,30 @@ def test_unpack_refuses_paths_that_leave_the_copy(tmp_path, monkeypatch, path) -
         inside.unpack(io.BytesIO(b'{"path": "%s", "dir": false, "mode": 420, "size": 1}\nx' % path.encode()))
 
 
-@pytest.mark.parametrize(("body", "refused"), [
-    ({"messages": [], "temperature": 0.0, "top_p": 0.1, "seed": 3, "stream": True, "tools": [], "tool_choice": "auto"},
-     None),
-    ({"messages": [], "allowed_token_ids": [1, 2]}, "'allowed_token_ids'"),
-    ({"messages": [], "structured_outputs": {"regex": "a+"}}, "'structured_outputs'"),
-    ({"messages": [], "min_tokens": 50, "ignore_eos": True}, "'ignore_eos', 'min_tokens'"),
-    ({"messages": [], "logit_bias": {"7": 100}}, "'logit_bias'"),
-    ({"messages": [], "response_format": {"type": "json_object"}}, "'response_format'"),
-    ({"messages": [], "tool_choice": "required"}, "guided decoding"),
-    ({"messages": [], "tool_choice": {"type": "function", "function": {"name": "bash"}}}, "guided decoding"),
-])
+@pytest.mark.parametrize(
+    ("body", "refused"),
+    [
+        (
+            {
+                "messages": [],
+                "temperature": 0.0,
+                "top_p": 0.1,
+                "seed": 3,
+                "stream": True,
+                "tools": [],
+                "tool_choice": "auto",
+            },
+            None,
+        ),
+        ({"messages": [], "allowed_token_ids": [1, 2]}, "'allowed_token_ids'"),
+        ({"messages": [], "structured_outputs": {"regex": "a+"}}, "'structured_outputs'"),
+        ({"messages": [], "min_tokens": 50, "ignore_eos": True}, "'ignore_eos', 'min_tokens'"),
+        ({"messages": [], "logit_bias": {"7": 100}}, "'logit_bias'"),
+        ({"messages": [], "response_format": {"type": "json_object"}}, "'response_format'"),
+        ({"messages": [], "tool_choice": "required"}, "guided decoding"),
+        ({"messages": [], "tool_choice": {"type": "function", "function": {"name": "bash"}}}, "guided decoding"),
+    ],
+)
 def test_a_recorded_rollout_relays_only_allow_listed_fields(body, refused) -> None:
     found = refused_fields(body)
     assert (found is None) if refused is None else (refused in found), found
@@ -147,18 +161,33 @@ def test_the_trainers_sampling_replaces_the_agents() -> None:
         model, record_turns, top_logprobs = "policy", True, None
         sampling = {"temperature": 1.0, "top_p": 1.0}
 
-    forwarded = Proxy(None).prepare(Rollout(), {"messages": [], "temperature": 0.0, "top_p": 0.1, "seed": 3,
-                                                "max_tokens": 99}, max_tokens=50)
-    assert forwarded == {"messages": [], "temperature": 1.0, "top_p": 1.0, "model": "policy", "max_tokens": 50,
-                         "logprobs": True, "return_token_ids": True}
+    forwarded = Proxy(None).prepare(
+        Rollout(), {"messages": [], "temperature": 0.0, "top_p": 0.1, "seed": 3, "max_tokens": 99}, max_tokens=50
+    )
+    assert forwarded == {
+        "messages": [],
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "model": "policy",
+        "max_tokens": 50,
+        "logprobs": True,
+        "return_token_ids": True,
+    }
 
 
-@pytest.mark.parametrize(("compare", "stdout", "passed"), [
-    ("trimmed", "  cba\n", True), ("trimmed", "c b a", False),
-    ("exact", "cba\n", True), ("exact", "cba", False),
-    ("lines", "cba  \n\n", True), ("lines", " cba\n", False),
-    ("tokens", " cba \n", True), ("tokens", "cb a", False),
-])
+@pytest.mark.parametrize(
+    ("compare", "stdout", "passed"),
+    [
+        ("trimmed", "  cba\n", True),
+        ("trimmed", "c b a", False),
+        ("exact", "cba\n", True),
+        ("exact", "cba", False),
+        ("lines", "cba  \n\n", True),
+        ("lines", " cba\n", False),
+        ("tokens", " cba \n", True),
+        ("tokens", "cb a", False),
+    ],
+)
 def test_output_comparison_modes(compare, stdout, passed) -> None:
     assert output_matches(TestCase(expected_stdout="cba\n", compare=compare), stdout) is passed
 
@@ -171,11 +200,13 @@ def test_request_bodies_are_bounded_in_size_and_pace() -> None:
             if not queue:
                 await asyncio.sleep(10 if stall else 0)
             return queue.pop(0)
+
         return receive
 
     async def scenario() -> None:
-        whole = await chunks({"type": "http.request", "body": b"ab", "more_body": True},
-                             {"type": "http.request", "body": b"c"})
+        whole = await chunks(
+            {"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.request", "body": b"c"}
+        )
         assert await read_body(whole, b"3", 10, 1.0) == b"abc"
         with pytest.raises(BodyRefused, match="exceeds 10 bytes") as declared:
             await read_body(whole, b"11", 10, 1.0)

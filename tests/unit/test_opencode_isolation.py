@@ -8,38 +8,45 @@ import stat
 import sys
 
 import pytest
+from opencode_env_client.models import FINAL, INFRA_FAILURE, Limits, RolloutRequest, Task
 from opencode_env_server.logs import RateLimit
 from opencode_env_server.proxy import request_error
 from opencode_env_server.rollouts import Prepared, RolloutManager
 from opencode_env_server.sandbox import Sandbox
 from opencode_env_server.settings import Settings, normalize_upstream
-from opencode_env_client.models import FINAL, INFRA_FAILURE, Limits, RolloutRequest, Task
 from opencode_env_server.trace import TraceStore
 from opencode_env_server.usage import disk_bytes
 
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize(("body", "problem"), [
-    ({"messages": []}, None),
-    ({"messages": [], "n": 1, "max_tokens": 5, "stream": True, "tools": [], "stream_options": {}}, None),
-    ([], "'messages' list"),
-    ({"messages": "hi"}, "'messages' list"),
-    ({"messages": [], "n": 2}, "'n' must be 1"),
-    ({"messages": [], "max_tokens": "abc"}, "'max_tokens' must be a positive integer"),
-    ({"messages": [], "max_completion_tokens": True}, "'max_completion_tokens' must be a positive integer"),
-    ({"messages": [], "max_tokens": 0}, "positive integer"),
-    ({"messages": [], "stream": "yes"}, "'stream' must be a bool"),
-    ({"messages": [], "tools": {}}, "'tools' must be a list"),
-])
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"messages": []}, None),
+        ({"messages": [], "n": 1, "max_tokens": 5, "stream": True, "tools": [], "stream_options": {}}, None),
+        ([], "'messages' list"),
+        ({"messages": "hi"}, "'messages' list"),
+        ({"messages": [], "n": 2}, "'n' must be 1"),
+        ({"messages": [], "max_tokens": "abc"}, "'max_tokens' must be a positive integer"),
+        ({"messages": [], "max_completion_tokens": True}, "'max_completion_tokens' must be a positive integer"),
+        ({"messages": [], "max_tokens": 0}, "positive integer"),
+        ({"messages": [], "stream": "yes"}, "'stream' must be a bool"),
+        ({"messages": [], "tools": {}}, "'tools' must be a list"),
+    ],
+)
 def test_request_error_names_what_cannot_be_relayed(body, problem) -> None:
     found = request_error(body)
     assert (found is None) if problem is None else (problem in found)
 
 
 def test_seat_ports_upstreams_and_overlaps() -> None:
-    settings = Settings(max_concurrent_rollouts=2, agent_spares=1, inference_url="http://inference:8000",
-                        allowed_upstreams=("http://other:9000",))
+    settings = Settings(
+        max_concurrent_rollouts=2,
+        agent_spares=1,
+        inference_url="http://inference:8000",
+        allowed_upstreams=("http://other:9000",),
+    )
     assert settings.seats == 3
     assert [settings.seat_of_proxy_port(p) for p in (24000, 24002, 24003, 8000)] == [0, 2, None, None]
     assert settings.upstream_allowed("http://inference:8000/v1/") and settings.upstream_allowed("http://other:9000")
@@ -147,9 +154,18 @@ def test_a_seat_port_counts_as_ours_only_if_our_process_group_listens_on_it(tmp_
     mine.close()
     with pytest.raises(AgentFailed, match="not served"):
         agent.check_listener()  # gone
-    foreign = subprocess.Popen([sys.executable, "-c", "import socket, sys, time\n"
-                                "s = socket.create_server(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True)\n"
-                                "time.sleep(30)"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    foreign = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import socket, sys, time\n"
+            "s = socket.create_server(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True)\n"
+            "time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         agent.port = int(foreign.stdout.readline())
         time.sleep(0.1)
@@ -186,14 +202,20 @@ def _hold_as_stray_uid(hidden: str):
         os.setgid(STRAY_UID)
         os.setuid(STRAY_UID)
 
-    holder = subprocess.Popen([SYSTEM_PYTHON, "-I", "-S", "-c", HOLD_MEMFD, hidden], stdout=subprocess.PIPE,
-                              text=True, preexec_fn=demote, cwd="/")
+    holder = subprocess.Popen(
+        [SYSTEM_PYTHON, "-I", "-S", "-c", HOLD_MEMFD, hidden],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=demote,
+        cwd="/",
+    )
     assert holder.stdout.readline() == "hidden\n"
     return holder
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
-                                reason="starts a system Python as another uid: needs root")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON), reason="starts a system Python as another uid: needs root"
+)
 
 
 @needs_root

@@ -5,7 +5,6 @@ import time
 
 import httpx
 import pytest
-
 from opencode_env_client import OpenCodeEnvError, OpenCodeSessionFactory, ReplicaPool, ServiceBusyError
 from opencode_env_client.models import CreatedRollout, RolloutSummary, Verification
 
@@ -28,23 +27,39 @@ class Replicas:
             raise httpx.ConnectError("connection refused", request=request)
         self.calls[address].append(f"{request.method} {path}")
         if path == "/health":
-            return httpx.Response(200, json=health(self.active[address], self.max_rollouts, self.started[address],
-                                                   replica=address).model_dump())
+            return httpx.Response(
+                200,
+                json=health(
+                    self.active[address], self.max_rollouts, self.started[address], replica=address
+                ).model_dump(),
+            )
         if request.method == "POST" and path == "/rollouts":
             if self.active[address] >= self.max_rollouts:
                 return httpx.Response(503, json={"detail": {"message": "all rollout slots are busy"}})
             self.active[address] += 1
             self.started[address] += 1
             rollout = f"{address}-{self.started[address]}"
-            return httpx.Response(201, json=CreatedRollout(
-                rollout_id=rollout, task_id="t1", api_key="k", status="running",
-                proxy_base_url=f"http://{address}:8000/v1", model="m").model_dump())
+            return httpx.Response(
+                201,
+                json=CreatedRollout(
+                    rollout_id=rollout,
+                    task_id="t1",
+                    api_key="k",
+                    status="running",
+                    proxy_base_url=f"http://{address}:8000/v1",
+                    model="m",
+                ).model_dump(),
+            )
         rollout = path.split("/")[2]
         if not rollout.startswith(address):
             return httpx.Response(404, json={"detail": {"message": f"unknown rollout {rollout}"}})
         if path.endswith("/wait"):
-            return httpx.Response(200, json=RolloutSummary(rollout_id=rollout, task_id="t1", status="completed",
-                                                           final=True, turns=1, created_at=0.0).model_dump())
+            return httpx.Response(
+                200,
+                json=RolloutSummary(
+                    rollout_id=rollout, task_id="t1", status="completed", final=True, turns=1, created_at=0.0
+                ).model_dump(),
+            )
         if path.endswith("/verify"):
             return httpx.Response(200, json=Verification(reward=1.0, passed=1, total=1, results=[]).model_dump())
         if request.method == "DELETE":
@@ -53,10 +68,12 @@ class Replicas:
         return httpx.Response(404, json={"detail": {"message": path}})
 
 
-def pool_of(replicas: Replicas, names: dict[str, list[str]], base_url: str = "http://opencode-env:8000",
-            **kwargs) -> ReplicaPool:
-    return ReplicaPool(base_url, resolve=lambda host, port: names.get(host, []),
-                       transport=httpx.MockTransport(replicas), **kwargs)
+def pool_of(
+    replicas: Replicas, names: dict[str, list[str]], base_url: str = "http://opencode-env:8000", **kwargs
+) -> ReplicaPool:
+    return ReplicaPool(
+        base_url, resolve=lambda host, port: names.get(host, []), transport=httpx.MockTransport(replicas), **kwargs
+    )
 
 
 def test_rollouts_spread_by_free_slots_and_every_call_stays_on_its_replica() -> None:

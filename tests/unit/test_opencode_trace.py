@@ -4,10 +4,10 @@ import sys
 
 import orjson
 import pytest
-from openenv.core.harness.training import TrainingTrace
-from opencode_env_server.proxy import Proxy, StreamAccumulator
 from opencode_env_client.models import RolloutRequest, Task, Turn
+from opencode_env_server.proxy import Proxy, StreamAccumulator
 from opencode_env_server.trace import extends, training_trace
+from openenv.core.harness.training import TrainingTrace
 from pydantic import ValidationError
 
 
@@ -16,22 +16,61 @@ def sse(chunk: dict) -> bytes:
 
 
 def turn(index: int, prompt: list[int], completion: list[int], trainable: bool = True, status: int = 200) -> Turn:
-    return Turn(turn=index, request={}, response={}, prompt_token_ids=prompt, completion_token_ids=completion,
-                per_token_logps=[-0.1] * len(completion), finish_reason="stop", latency_s=0.1, weight_version="v1",
-                stream=False, trainable=trainable, upstream_status=status)
+    return Turn(
+        turn=index,
+        request={},
+        response={},
+        prompt_token_ids=prompt,
+        completion_token_ids=completion,
+        per_token_logps=[-0.1] * len(completion),
+        finish_reason="stop",
+        latency_s=0.1,
+        weight_version="v1",
+        stream=False,
+        trainable=trainable,
+        upstream_status=status,
+    )
 
 
 def test_stream_accumulator_rebuilds_ids_logprobs_and_tool_calls_across_split_chunks() -> None:
-    stream = b"".join([
-        sse({"model": "m", "prompt_token_ids": [1, 2, 3], "choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
-        sse({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "bash", "arguments": '{"com'}}]},
-                          "token_ids": [10], "logprobs": {"content": [{"token": "token_id:10", "logprob": -0.5}]}}]}),
-        sse({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'mand": "ls"}'}}]},
-                          "token_ids": [11, 12], "logprobs": {"content": [{"logprob": -0.25}, {"logprob": -1.0}]},
-                          "finish_reason": "tool_calls"}]}),
-        sse({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3}}),
-        b"data: [DONE]\n\n",
-    ])
+    stream = b"".join(
+        [
+            sse(
+                {"model": "m", "prompt_token_ids": [1, 2, 3], "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+            ),
+            sse(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [
+                                    {"index": 0, "id": "c1", "function": {"name": "bash", "arguments": '{"com'}}
+                                ]
+                            },
+                            "token_ids": [10],
+                            "logprobs": {"content": [{"token": "token_id:10", "logprob": -0.5}]},
+                        }
+                    ]
+                }
+            ),
+            sse(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'mand": "ls"}'}}]},
+                            "token_ids": [11, 12],
+                            "logprobs": {"content": [{"logprob": -0.25}, {"logprob": -1.0}]},
+                            "finish_reason": "tool_calls",
+                        }
+                    ]
+                }
+            ),
+            sse({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3}}),
+            b"data: [DONE]\n\n",
+        ]
+    )
     acc = StreamAccumulator()
     for i in range(0, len(stream), 7):  # network chunks split lines anywhere
         acc.feed(stream[i : i + 7])
@@ -124,8 +163,11 @@ def test_warm_up_reply_is_a_complete_chat_completion(stream: bool) -> None:
         assert headers[b"content-type"] == b"text/event-stream" and body["body"].endswith(b"data: [DONE]\n\n")
         acc = StreamAccumulator()
         acc.feed(body["body"])
-        assert acc.response()["choices"][0] == {"index": 0, "finish_reason": "stop",
-                                                 "message": {"role": "assistant", "content": WARM_UP_TEXT}}
+        assert acc.response()["choices"][0] == {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": WARM_UP_TEXT},
+        }
     else:
         reply = orjson.loads(body["body"])
         assert reply["choices"][0]["message"]["content"] == WARM_UP_TEXT
@@ -137,15 +179,17 @@ def test_agent_event_stream_is_parsed_across_chunk_boundaries() -> None:
 
     from opencode_env_server.agent_server import _events
 
-    events = [{"type": "server.connected", "properties": {}},
-              {"type": "message.updated", "properties": {"sessionID": "s", "text": "x" * 300_000}},
-              {"type": "session.idle", "properties": {"sessionID": "s"}}]
+    events = [
+        {"type": "server.connected", "properties": {}},
+        {"type": "message.updated", "properties": {"sessionID": "s", "text": "x" * 300_000}},
+        {"type": "session.idle", "properties": {"sessionID": "s"}},
+    ]
     wire = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
 
     class Content:
         async def iter_any(self):
             for i in range(0, len(wire), 7_000):  # chunks that split lines, lines longer than any chunk
-                yield wire[i:i + 7_000]
+                yield wire[i : i + 7_000]
 
     class Response:
         content = Content()
@@ -161,10 +205,10 @@ def test_agent_event_stream_is_parsed_across_chunk_boundaries() -> None:
 def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_path) -> None:
     import asyncio
 
+    from opencode_env_client.models import Limits
     from opencode_env_server.rollouts import CapacityError, Prepared, RolloutManager
     from opencode_env_server.sandbox import Sandbox
     from opencode_env_server.settings import Settings
-    from opencode_env_client.models import Limits
     from opencode_env_server.trace import TraceStore
 
     async def scenario() -> None:
@@ -180,8 +224,12 @@ def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_
             sandbox = Sandbox(tmp_path / "sb", f"r{seat}", 20000 + seat, limits, sys.executable)
             return Prepared(f"r{seat}", f"k{seat}", seat, limits, sandbox, manager._agent(sandbox, seat), task)
 
-        manager.prepared = {0: prepared(0, other, True), 1: prepared(1, wanted, False),
-                            2: prepared(2, wanted, True), 3: prepared(3, other, False)}
+        manager.prepared = {
+            0: prepared(0, other, True),
+            1: prepared(1, wanted, False),
+            2: prepared(2, wanted, True),
+            3: prepared(3, other, False),
+        }
         await asyncio.sleep(0.01)
         assert manager.warm_agents == 2
         opencode = RolloutRequest(task=Task(instruction="x", limits=wanted))
@@ -207,8 +255,9 @@ def test_rollouts_a_dead_client_never_closed_are_reaped_after_the_ttl(tmp_path) 
     from opencode_env_server.settings import Settings
     from opencode_env_server.trace import TraceStore
 
-    manager = RolloutManager(Settings(finished_rollout_ttl_s=60, sandbox_root=tmp_path / "sb"),
-                             TraceStore(tmp_path / "traces"))
+    manager = RolloutManager(
+        Settings(finished_rollout_ttl_s=60, sandbox_root=tmp_path / "sb"), TraceStore(tmp_path / "traces")
+    )
     now = 10_000.0
     manager.rollouts = {
         "old": SimpleNamespace(id="old", status=COMPLETED, finished_at=now - 61),
@@ -218,10 +267,13 @@ def test_rollouts_a_dead_client_never_closed_are_reaped_after_the_ttl(tmp_path) 
     assert [r.id for r in manager.abandoned(now)] == ["old"]
 
 
-@pytest.mark.parametrize("server_versions, expected", [
-    (["step-1", "step-1"], "step-1"),  # no reload during the call: the version that sampled it
-    (["step-1", "step-2"], None),      # a reload fell between: unknown, never the stale name
-])
+@pytest.mark.parametrize(
+    "server_versions, expected",
+    [
+        (["step-1", "step-1"], "step-1"),  # no reload during the call: the version that sampled it
+        (["step-1", "step-2"], None),  # a reload fell between: unknown, never the stale name
+    ],
+)
 def test_a_turn_carries_a_weight_version_only_when_no_reload_fell_within_the_call(server_versions, expected) -> None:
     import asyncio
     import time

@@ -4,8 +4,8 @@ provision it, gets one message naming the command to run."""
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -15,10 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def fake_docker(folder: Path, compose: bool) -> None:
     """A `docker` whose engine answers and whose Compose plugin is there or not."""
     script = folder / "docker"
-    script.write_text("#!/bin/sh\n"
-                      'case "$1" in info) exit 0;; compose) '
-                      + ("exit 0" if compose else "echo \"docker: 'compose' is not a docker command.\" >&2; exit 1")
-                      + ";; esac\nexit 1\n")
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in info) exit 0;; compose) '
+        + ("exit 0" if compose else "echo \"docker: 'compose' is not a docker command.\" >&2; exit 1")
+        + ";; esac\nexit 1\n"
+    )
     script.chmod(0o755)
     (folder / "chromium").write_text("#!/bin/sh\nexit 0\n")
     (folder / "chromium").chmod(0o755)
@@ -26,10 +28,13 @@ def fake_docker(folder: Path, compose: bool) -> None:
 
 def preflight(folder: Path, purpose: str) -> subprocess.CompletedProcess:
     # As an unprivileged user (nobody), with the fake docker first on PATH.
-    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash",
-                           str(ROOT / "scripts" / "preflight.sh")],
-                          env={"PATH": f"{folder}:/usr/bin:/bin", "PURPOSE": purpose, "HOME": str(folder)},
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(ROOT / "scripts" / "preflight.sh")],
+        env={"PATH": f"{folder}:/usr/bin:/bin", "PURPOSE": purpose, "HOME": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture

@@ -5,12 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-from trainer import held_out
 from trainer.config import ConfigError
 from trainer.held_out import PRETRAINING_MANIFEST, held_out_questions, pretraining_digests, question_digest
 from trainer.pretrain import _answer_position, completion_text, pretrain_settings
 from trainer.reasoning_gym_tools import ReasoningGymSettings
+
+from trainer import held_out
 
 
 def test_settings_are_typed_and_unknown_keys_refused() -> None:
@@ -48,8 +48,9 @@ def test_held_out_questions_skip_the_models_pretraining_questions(tmp_path: Path
         yield from (training if seed == settings.seed else candidates)[:count]
 
     monkeypatch.setattr(held_out, "_walk", walk)
-    (tmp_path / PRETRAINING_MANIFEST).write_text(json.dumps({"question_sha256": [question_digest("p0"),
-                                                                                 question_digest("p1")]}))
+    (tmp_path / PRETRAINING_MANIFEST).write_text(
+        json.dumps({"question_sha256": [question_digest("p0"), question_digest("p1")]})
+    )
     excluded = pretraining_digests(str(tmp_path))
     assert excluded == {question_digest("p0"), question_digest("p1")} and pretraining_digests("/nonexistent") == set()
     settings = ReasoningGymSettings(env_url="http://unused", seed=42)

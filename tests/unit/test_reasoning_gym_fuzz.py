@@ -9,7 +9,8 @@ datasets, positions and scores, checked between batches.
 
 import json
 import random
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import reasoning_gym
@@ -21,13 +22,61 @@ CHAIN = {"dataset_name": "chain_sum", "seed": 4, "size": 10}
 EXPECTED = reasoning_gym.create_dataset("chain_sum", seed=4, size=10)
 
 # Names that meet Python parameters, pydantic internals or our own HTTP fields.
-COLLIDING = ["self", "cls", "arguments", "kwargs", "request", "env", "session", "model_config", "model_fields",
-             "__class__", "__init__", "__dict__", "type", "data", "action", "answer", "metadata", "state"]
-WRONG_VALUES: list[Any] = [None, True, 0, -1, 2**63 - 1, -(2**63), 1.5, "", "x", "é" * 50, [], [1], {}, {"a": 1},
-                           [[[[[[[[[[[[1]]]]]]]]]]]], "x" * 60_000, list(range(6000)), {str(i): i for i in range(3000)}]
+COLLIDING = [
+    "self",
+    "cls",
+    "arguments",
+    "kwargs",
+    "request",
+    "env",
+    "session",
+    "model_config",
+    "model_fields",
+    "__class__",
+    "__init__",
+    "__dict__",
+    "type",
+    "data",
+    "action",
+    "answer",
+    "metadata",
+    "state",
+]
+WRONG_VALUES: list[Any] = [
+    None,
+    True,
+    0,
+    -1,
+    2**63 - 1,
+    -(2**63),
+    1.5,
+    "",
+    "x",
+    "é" * 50,
+    [],
+    [1],
+    {},
+    {"a": 1},
+    [[[[[[[[[[[[1]]]]]]]]]]]],
+    "x" * 60_000,
+    list(range(6000)),
+    {str(i): i for i in range(3000)},
+]
 DEEP = "[" * 100_000 + "]" * 100_000
-RAW_BODIES = ["{", "[]", "null", "1", '"x"', '{"a":', "\xff", DEEP, '{"seed": NaN}', '{"seed": 1' + "0" * 400 + "}",
-              '{"a": 1, "a": 2}', "{" * 5000]
+RAW_BODIES = [
+    "{",
+    "[]",
+    "null",
+    "1",
+    '"x"',
+    '{"a":',
+    "\xff",
+    DEEP,
+    '{"seed": NaN}',
+    '{"seed": 1' + "0" * 400 + "}",
+    '{"a": 1, "a": 2}',
+    "{" * 5000,
+]
 RESET_FIELDS = ["dataset_name", "dataset_config", "dataset_specs", "seed", "size", "episode_id"]
 
 
@@ -127,8 +176,13 @@ class Bystanders:
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
-    settings = Settings(max_concurrent_envs=8, max_http_sessions=4, session_idle_timeout_s=300,
-                        max_message_bytes=MAX_MESSAGE_BYTES, max_dataset_size=10_000)
+    settings = Settings(
+        max_concurrent_envs=8,
+        max_http_sessions=4,
+        session_idle_timeout_s=300,
+        max_message_bytes=MAX_MESSAGE_BYTES,
+        max_dataset_size=10_000,
+    )
     # raise_server_exceptions: an unhandled error in the app fails the test instead of becoming a 500
     with TestClient(create_app(settings), raise_server_exceptions=True) as c:
         yield c
@@ -148,7 +202,7 @@ def bystanders(client: TestClient) -> Iterator[Bystanders]:
 def assert_refused(response: Any, what: Any) -> None:
     assert 400 <= response.status_code < 500, (response.status_code, str(what)[:200], response.text[:300])
     detail = response.json()["detail"]  # ours: {"message", "code"}; the router's own 404/405: a string
-    assert (detail["message"] if isinstance(detail, dict) else detail), response.text[:300]
+    assert detail["message"] if isinstance(detail, dict) else detail, response.text[:300]
 
 
 def assert_answered(response: Any, what: Any) -> None:
@@ -159,7 +213,9 @@ def assert_answered(response: Any, what: Any) -> None:
 
 def test_http_endpoints_refuse_every_bad_body(client: TestClient, bystanders: Bystanders) -> None:
     sid = client.post("/reset", json={"open_session": True}).json()["session_id"]
-    cases: list[tuple[str, Any]] = [("/reset", raw) for raw in RAW_BODIES] + [("/step", raw) for raw in ["", *RAW_BODIES]]
+    cases: list[tuple[str, Any]] = [("/reset", raw) for raw in RAW_BODIES] + [
+        ("/step", raw) for raw in ["", *RAW_BODIES]
+    ]
     cases += [("/reset", body) for body in bad_reset_arguments()]
     cases += [("/reset", {"session_id": value}) for value in WRONG_VALUES if value is not None]
     cases += [("/reset", {"open_session": value}) for value in WRONG_VALUES if not isinstance(value, bool)]
@@ -193,8 +249,14 @@ def test_http_random_mutations_never_answer_500(client: TestClient, bystanders: 
 def test_websocket_refuses_every_bad_frame_with_an_error_frame(client: TestClient, bystanders: Bystanders) -> None:
     frames: list[Any] = list(RAW_BODIES)
     frames += [{"type": value} for value in WRONG_VALUES]
-    frames += [{}, {"data": {}}, {"type": "reset", "data": {}, "extra": 1}, {"type": "state", "data": {}},
-               {"type": "close", "data": 1}, {"type": "mcp", "data": {}}]
+    frames += [
+        {},
+        {"data": {}},
+        {"type": "reset", "data": {}, "extra": 1},
+        {"type": "state", "data": {}},
+        {"type": "close", "data": 1},
+        {"type": "mcp", "data": {}},
+    ]
     frames += [{"type": "reset", "data": value} for value in WRONG_VALUES if value not in ({}, None, [], "", 0)]
     frames += [{"type": "reset", "data": arguments} for arguments in bad_reset_arguments()]
     frames += [{"type": "step", "data": action} for action in bad_actions()]
@@ -216,8 +278,14 @@ def test_websocket_random_mutations_never_break_a_session(client: TestClient, by
     rng = random.Random(11)
     with client.websocket_connect("/ws") as ws:
         for i in range(300):
-            valid = rng.choice([{"type": "reset", "data": CHAIN}, {"type": "step", "data": {"answer": "1"}},
-                                {"type": "state"}, {"type": "reset", "data": {"episode_id": "e"}}])
+            valid = rng.choice(
+                [
+                    {"type": "reset", "data": CHAIN},
+                    {"type": "step", "data": {"answer": "1"}},
+                    {"type": "state"},
+                    {"type": "reset", "data": {"episode_id": "e"}},
+                ]
+            )
             frame = next(mutations(valid, rng, 1))
             if frame.get("type") == "close":
                 continue

@@ -3,7 +3,7 @@
 import asyncio
 import contextlib
 import logging
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 from reasoning_gym_env_server import ratelimit
@@ -16,8 +16,13 @@ from reasoning_gym_env_server.spec import dataset_request
 @contextlib.asynccontextmanager
 async def started_pool(timeout_s: float) -> AsyncIterator[WorkerPool]:
     """One worker with a 256 MB bound, closed after the block."""
-    pool = WorkerPool(1, timeout_s=timeout_s, memory_mb=256, max_entry_bytes=1 << 20,
-                      warnings=RateLimitedLog(logging.getLogger("test"), 10))
+    pool = WorkerPool(
+        1,
+        timeout_s=timeout_s,
+        memory_mb=256,
+        max_entry_bytes=1 << 20,
+        warnings=RateLimitedLog(logging.getLogger("test"), 10),
+    )
     await pool.start()
     try:
         yield pool

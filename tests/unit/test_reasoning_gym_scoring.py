@@ -3,7 +3,7 @@ as the dataset itself does, hostile answers included; long answers and other dat
 
 import hashlib
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import reasoning_gym
@@ -17,8 +17,14 @@ from reasoning_gym_env_server.scoring import BOUNDED_SCORERS, INLINE_ANSWER_CHAR
 # reasoning-gym functions it calls, as read for the bound in scoring.py (reasoning-gym 0.1.24).
 REVIEWED: dict[str, tuple[str, tuple[Callable, ...]]] = {
     "reasoning_gym.dataset.ProceduralDataset.score_answer": ("d4c377f0ac8e002f", ()),
-    "reasoning_gym.arithmetic.chain_sum.ChainSumDataset.score_answer": ("7a6c6a0a13870d30", (utils.compute_decimal_reward,)),
-    "reasoning_gym.arithmetic.products.ProductsDataset.score_answer": ("7a6c6a0a13870d30", (utils.compute_decimal_reward,)),
+    "reasoning_gym.arithmetic.chain_sum.ChainSumDataset.score_answer": (
+        "7a6c6a0a13870d30",
+        (utils.compute_decimal_reward,),
+    ),
+    "reasoning_gym.arithmetic.products.ProductsDataset.score_answer": (
+        "7a6c6a0a13870d30",
+        (utils.compute_decimal_reward,),
+    ),
     "reasoning_gym.graphs.family_relationships.FamilyRelationshipsDataset.score_answer": ("1ce46396394d0885", ()),
     "reasoning_gym.cognition.color_cube_rotation.ColorCubeRotationDataset.score_answer": ("9ae94786f716e3b6", ()),
     "reasoning_gym.logic.circuit_logic.CircuitLogicDataset.score_answer": ("55d9642b99b8a29a", ()),
@@ -29,9 +35,24 @@ INLINE_DATASETS = sorted(name for name in DATASETS if inline_scorer(name) is not
 
 # Answers built to be slow, to raise, or to confuse a number parser; each at most INLINE_ANSWER_CHARS.
 HOSTILE = [
-    "", " ", "9**9**9**9", "1e999999999999999999", "1e-999999999999999999", "NaN", "sNaN", "-Infinity", "-0",
-    "+01,000.00", "1_000", "\x00", "é" * 100, "9" * INLINE_ANSWER_CHARS, "1." + "0" * (INLINE_ANSWER_CHARS - 2),
-    "1," * (INLINE_ANSWER_CHARS // 2), "0." + "0" * (INLINE_ANSWER_CHARS - 3) + "1", "[" * INLINE_ANSWER_CHARS,
+    "",
+    " ",
+    "9**9**9**9",
+    "1e999999999999999999",
+    "1e-999999999999999999",
+    "NaN",
+    "sNaN",
+    "-Infinity",
+    "-0",
+    "+01,000.00",
+    "1_000",
+    "\x00",
+    "é" * 100,
+    "9" * INLINE_ANSWER_CHARS,
+    "1." + "0" * (INLINE_ANSWER_CHARS - 2),
+    "1," * (INLINE_ANSWER_CHARS // 2),
+    "0." + "0" * (INLINE_ANSWER_CHARS - 3) + "1",
+    "[" * INLINE_ANSWER_CHARS,
 ]
 
 

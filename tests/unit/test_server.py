@@ -2,7 +2,7 @@
 
 import json
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import reasoning_gym
@@ -17,26 +17,41 @@ CHAIN = {"dataset_name": "chain_sum", "seed": 4, "size": 10}
 # Hostile resets, each failing fast in a worker: reasoning-gym raises IndexError generating the
 # first question; a sieve that needs more than the worker's memory bound; a question over
 # MAX_MESSAGE_BYTES (2048 here).
-SPELL_ERROR = {"dataset_name": "spell_backward", "seed": 1, "size": 2,
-               "dataset_config": {"min_word_len": 100, "max_word_len": 200}}
+SPELL_ERROR = {
+    "dataset_name": "spell_backward",
+    "seed": 1,
+    "size": 2,
+    "dataset_config": {"min_word_len": 100, "max_word_len": 200},
+}
 MEMORY_HOG = {"dataset_name": "count_primes", "seed": 1, "size": 2, "dataset_config": {"max_n": 200_000_000}}
-HUGE_QUESTION = {"dataset_name": "chain_sum", "seed": 1, "size": 2, "dataset_config": {"min_terms": 2000, "max_terms": 2000}}
+HUGE_QUESTION = {
+    "dataset_name": "chain_sum",
+    "seed": 1,
+    "size": 2,
+    "dataset_config": {"min_terms": 2000, "max_terms": 2000},
+}
 # Generating the first question takes longer than the 1 s deadline of the slow_client fixture.
 SLOW = {"dataset_name": "acre", "seed": 1, "size": 1_000_000}
 
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
-    settings = Settings(max_concurrent_envs=3, session_idle_timeout_s=60, max_message_bytes=2048,
-                        dataset_build_memory_mb=256)
+    settings = Settings(
+        max_concurrent_envs=3, session_idle_timeout_s=60, max_message_bytes=2048, dataset_build_memory_mb=256
+    )
     with TestClient(create_app(settings)) as c:
         yield c
 
 
 @pytest.fixture
 def slow_client() -> Iterator[TestClient]:
-    settings = Settings(max_concurrent_envs=4, max_http_sessions=2, session_idle_timeout_s=60,
-                        dataset_build_timeout_s=1, dataset_build_memory_mb=256)
+    settings = Settings(
+        max_concurrent_envs=4,
+        max_http_sessions=2,
+        session_idle_timeout_s=60,
+        dataset_build_timeout_s=1,
+        dataset_build_memory_mb=256,
+    )
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -130,7 +145,11 @@ def test_bad_input_in_one_session_does_not_touch_another(client: TestClient) -> 
 
 
 def test_capacity_error_names_active_and_maximum_and_frees_on_close(client: TestClient) -> None:
-    with client.websocket_connect("/ws") as a, client.websocket_connect("/ws") as b, client.websocket_connect("/ws") as c:
+    with (
+        client.websocket_connect("/ws") as a,
+        client.websocket_connect("/ws") as b,
+        client.websocket_connect("/ws") as c,
+    ):
         for ws in (a, b, c):
             ws_call(ws, {"type": "reset", "data": {}})
         with client.websocket_connect("/ws") as refused:
@@ -258,10 +277,15 @@ def test_slow_reset_times_out_while_other_sessions_are_served(slow_client: TestC
         slow.send_text(json.dumps({"type": "reset", "data": SLOW}))
         # Served while the slow build runs in its worker (the other worker is free).
         for i in range(1, 6):
-            assert ws_call(good, {"type": "reset", "data": {}})["data"]["observation"]["question"] == expected[i]["question"]
+            assert (
+                ws_call(good, {"type": "reset", "data": {}})["data"]["observation"]["question"]
+                == expected[i]["question"]
+            )
             assert ws_call(good, {"type": "step", "data": {"answer": expected[i]["answer"]}})["data"]["reward"] == 1.0
         error = slow.receive_json()
-        assert error["data"]["code"] == "DATASET_TOO_COSTLY" and "DATASET_BUILD_TIMEOUT_S=1s" in error["data"]["message"]
+        assert (
+            error["data"]["code"] == "DATASET_TOO_COSTLY" and "DATASET_BUILD_TIMEOUT_S=1s" in error["data"]["message"]
+        )
         assert ws_call(slow, {"type": "reset", "data": CHAIN})["type"] == "observation"
     health = slow_client.get("/health").json()
     assert health["dataset_worker_restarts"] == 1 and health["active_sessions"] == 0
@@ -277,11 +301,20 @@ def test_http_sessions_have_their_own_cap(slow_client: TestClient) -> None:
     assert slow_client.post("/reset", json={}).status_code == 200  # and stateless resets need none
 
 
-@pytest.mark.parametrize("fields", [
-    {"question": "q?", "reward": 0.0, "done": False},
-    {"score": 0.5, "correct_answer": "4", "dataset_metadata": {"a": [1, 2]}, "reward": 0.5, "done": True,
-     "metadata": {"scoring_error": "too slow"}},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"question": "q?", "reward": 0.0, "done": False},
+        {
+            "score": 0.5,
+            "correct_answer": "4",
+            "dataset_metadata": {"a": [1, 2]},
+            "reward": 0.5,
+            "done": True,
+            "metadata": {"scoring_error": "too slow"},
+        },
+    ],
+)
 def test_replies_are_written_as_openenvs_serializer_writes_them(fields: dict) -> None:
     observation = ReasoningGymObservation(**fields)
     assert json.dumps(observation_payload(observation)) == json.dumps(serialize_observation(observation))

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from trainer.side_by_side import Job, main, parse_job, run_side_by_side
 
 pytestmark = pytest.mark.unit
@@ -22,16 +21,23 @@ def script(*lines: str, code: int = 0, delay_s: float = 0.0) -> list[str]:
 
 def test_output_is_prefixed_and_closing_texts_come_again_in_the_order_given():
     out = io.StringIO()
-    jobs = [Job("async-grpo", script("step 1/2", "finished 2 optimizer steps", "reward: first 0.2", delay_s=0.3)),
-            Job("grpo", script("step 1/80", "finished 80 optimizer steps", "held-out accuracy: 40% -> 70%"))]
+    jobs = [
+        Job("async-grpo", script("step 1/2", "finished 2 optimizer steps", "reward: first 0.2", delay_s=0.3)),
+        Job("grpo", script("step 1/80", "finished 80 optimizer steps", "held-out accuracy: 40% -> 70%")),
+    ]
     assert run_side_by_side(jobs, out) == 0
     lines = out.getvalue().splitlines()
     assert "[grpo] step 1/80" in lines and "[async-grpo] step 1/2" in lines
     # grpo ended first, but the closing texts follow the order given: its held-out line is last.
     tail = lines[-7:]
-    assert tail[:6] == ["[async-grpo] done", "[async-grpo] finished 2 optimizer steps",
-                        "[async-grpo] reward: first 0.2", "[grpo] done", "[grpo] finished 80 optimizer steps",
-                        "[grpo] held-out accuracy: 40% -> 70%"]
+    assert tail[:6] == [
+        "[async-grpo] done",
+        "[async-grpo] finished 2 optimizer steps",
+        "[async-grpo] reward: first 0.2",
+        "[grpo] done",
+        "[grpo] finished 80 optimizer steps",
+        "[grpo] held-out accuracy: 40% -> 70%",
+    ]
     assert tail[6].startswith("2 jobs side by side in 0 min") and "failed" not in tail[6]
 
 
@@ -45,9 +51,11 @@ def test_stderr_stays_stderr_and_progress_redraws_keep_the_prefix():
 
 def test_a_failing_job_fails_the_run_after_the_others_have_finished():
     out = io.StringIO()
-    jobs = [Job("grpo", script("config error", code=2)),
-            Job("async-grpo", script("finished 1 optimizer steps", delay_s=0.5)),
-            Job("eval", script(code=3))]
+    jobs = [
+        Job("grpo", script("config error", code=2)),
+        Job("async-grpo", script("finished 1 optimizer steps", delay_s=0.5)),
+        Job("eval", script(code=3)),
+    ]
     assert run_side_by_side(jobs, out) == 2
     text = out.getvalue()
     assert "[grpo] exited with 2" in text and "[eval] exited with 3" in text
@@ -57,10 +65,16 @@ def test_a_failing_job_fails_the_run_after_the_others_have_finished():
 
 def test_sigterm_stops_every_job():
     runner = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from trainer.side_by_side import Job, run_side_by_side; "
-         "sys.exit(run_side_by_side([Job('a', [sys.executable, '-c', 'print(1, flush=True); import time; "
-         "time.sleep(60)']), Job('b', [sys.executable, '-c', 'import time; time.sleep(60)'])]))"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from trainer.side_by_side import Job, run_side_by_side; "
+            "sys.exit(run_side_by_side([Job('a', [sys.executable, '-c', 'print(1, flush=True); import time; "
+            "time.sleep(60)']), Job('b', [sys.executable, '-c', 'import time; time.sleep(60)'])]))",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert runner.stdout.readline() == "[a] 1\n"
     runner.send_signal(signal.SIGTERM)
     started = time.monotonic()

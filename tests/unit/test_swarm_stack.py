@@ -14,17 +14,29 @@ CONFIG = {
     "name": "rlstack",
     "services": {
         "inference": {
-            "image": "rlstack/inference-cpu:dev", "build": {"context": "."}, "restart": "unless-stopped",
-            "depends_on": {"model-init": {"condition": "service_completed_successfully"}}, "shm_size": "1073741824",
-            "ports": [{"mode": "ingress", "host_ip": "127.0.0.1", "target": 8000, "published": "8000", "protocol": "tcp"}],
+            "image": "rlstack/inference-cpu:dev",
+            "build": {"context": "."},
+            "restart": "unless-stopped",
+            "depends_on": {"model-init": {"condition": "service_completed_successfully"}},
+            "shm_size": "1073741824",
+            "ports": [
+                {"mode": "ingress", "host_ip": "127.0.0.1", "target": 8000, "published": "8000", "protocol": "tcp"}
+            ],
             "volumes": [{"type": "volume", "source": "models", "target": "/models", "volume": {}}],
-            "networks": {"default": None}, "command": None,
+            "networks": {"default": None},
+            "command": None,
         },
-        "model-init": {"image": "rlstack/inference-cpu:dev", "restart": "no",
-                       "volumes": [{"type": "volume", "source": "models", "target": "/models"}]},
-        "trainer": {"image": "rlstack/trainer-cpu:dev", "restart": "no",
-                    "deploy": {"restart_policy": {"condition": "on-failure", "max_attempts": 40}},
-                    "volumes": [{"type": "volume", "source": "outputs", "target": "/outputs"}]},
+        "model-init": {
+            "image": "rlstack/inference-cpu:dev",
+            "restart": "no",
+            "volumes": [{"type": "volume", "source": "models", "target": "/models"}],
+        },
+        "trainer": {
+            "image": "rlstack/trainer-cpu:dev",
+            "restart": "no",
+            "deploy": {"restart_policy": {"condition": "on-failure", "max_attempts": 40}},
+            "volumes": [{"type": "volume", "source": "outputs", "target": "/outputs"}],
+        },
     },
     "networks": {"default": {"name": "rlstack_default", "ipam": {}, "driver": "overlay", "attachable": True}},
     "volumes": {"models": {"name": "rlstack_models"}, "outputs": {"name": "rlstack_outputs"}},

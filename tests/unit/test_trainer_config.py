@@ -1,20 +1,17 @@
 """Trainer configuration: YAML, environment and command-line overrides; shipped configs and tasks."""
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
-
-from opencode_env_client.models import Limits
-from trainer.coding_tasks import load_tasks
-import dataclasses
-import typing
-
 import yaml
-
+from opencode_env_client.models import Limits
 from trainer.__main__ import main
+from trainer.coding_tasks import load_tasks
 from trainer.config import ConfigError, bundled_config, load_config
-from trainer.settings import SECTIONS, TrainerConfig, typed
 from trainer.reporting import format_step, summarize, trailing_mean
+from trainer.settings import SECTIONS, TrainerConfig, typed
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -31,28 +28,54 @@ def test_overrides_apply_in_order_with_yaml_types(tmp_path):
     assert config["reasoning_gym"] == {"dataset_config": {"min_terms": 2}}
 
 
-@pytest.mark.parametrize("text, overrides, environ, message", [
-    # Unknown keys at depth 1, 2 and 3, with a suggestion, from the file, --set and TRAINER_* alike.
-    ("job: grpo\nmodle: x\n", [], {}, "job.yaml: unknown key `modle`: did you mean `model`?"),
-    ("reasoning_gym:\n  datset: aiw\n", [], {}, "job.yaml: unknown key `reasoning_gym.datset`: did you mean `dataset`?"),
-    ("job: grpo\n", ["reasoning_gym.datset=aiw"], {}, "--set reasoning_gym.datset=aiw: unknown key "
-                                                      "`reasoning_gym.datset`: did you mean `dataset`?"),
-    ("job: grpo\n", [], {"TRAINER_EVAL__NUM_QUESTION": "5"}, "TRAINER_EVAL__NUM_QUESTION: unknown key "
-                                                             "`eval.num_question`: did you mean `num_questions`?"),
-    ("opencode:\n  limits: {max_turn: 2}\n", [], {}, "unknown key `opencode.limits.max_turn`: did you mean `max_turns`?"),
-    ("job: grpo\n", ["learning_rate=1"], {}, "unknown key `learning_rate`: known keys: "),
-    # Wrong types name the key's path.
-    ("eval:\n  num_questions: many\n", [], {}, "`eval.num_questions`: expected int, got str 'many'"),
-    ("job: grpo\n", ["eval.greedy=3"], {}, "--set eval.greedy=3: `eval.greedy`: expected bool, got int 3"),
-    ("job: grpo\n", [], {"TRAINER_OPENCODE__TASK_IDS": "[1, x]"}, "`opencode.task_ids[0]`: expected str, got int 1"),
-    ("job: grpo\n", ["cpu_threads=two"], {}, "--set cpu_threads=two: `cpu_threads`: expected int, got str 'two'"),
-    ("job: grpo\n", ["eval.generate=remote"], {}, "`eval.generate` must be one of local, inference, got 'remote'"),
-    ("opencode:\n  limits: {max_turns: 0}\n", [], {}, "`opencode.limits.max_turns`: Input should be greater than"),
-    ("eval: 3\n", [], {}, "`eval` must be a mapping, got int"),
-    ("job: grpo\n", ["grpo.max_steps"], {}, "KEY=VALUE"),
-    ("- a\n- b\n", [], {}, "the top level must be a mapping"),
-    ("job: [grpo\n", [], {}, "invalid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, overrides, environ, message",
+    [
+        # Unknown keys at depth 1, 2 and 3, with a suggestion, from the file, --set and TRAINER_* alike.
+        ("job: grpo\nmodle: x\n", [], {}, "job.yaml: unknown key `modle`: did you mean `model`?"),
+        (
+            "reasoning_gym:\n  datset: aiw\n",
+            [],
+            {},
+            "job.yaml: unknown key `reasoning_gym.datset`: did you mean `dataset`?",
+        ),
+        (
+            "job: grpo\n",
+            ["reasoning_gym.datset=aiw"],
+            {},
+            "--set reasoning_gym.datset=aiw: unknown key `reasoning_gym.datset`: did you mean `dataset`?",
+        ),
+        (
+            "job: grpo\n",
+            [],
+            {"TRAINER_EVAL__NUM_QUESTION": "5"},
+            "TRAINER_EVAL__NUM_QUESTION: unknown key `eval.num_question`: did you mean `num_questions`?",
+        ),
+        (
+            "opencode:\n  limits: {max_turn: 2}\n",
+            [],
+            {},
+            "unknown key `opencode.limits.max_turn`: did you mean `max_turns`?",
+        ),
+        ("job: grpo\n", ["learning_rate=1"], {}, "unknown key `learning_rate`: known keys: "),
+        # Wrong types name the key's path.
+        ("eval:\n  num_questions: many\n", [], {}, "`eval.num_questions`: expected int, got str 'many'"),
+        ("job: grpo\n", ["eval.greedy=3"], {}, "--set eval.greedy=3: `eval.greedy`: expected bool, got int 3"),
+        (
+            "job: grpo\n",
+            [],
+            {"TRAINER_OPENCODE__TASK_IDS": "[1, x]"},
+            "`opencode.task_ids[0]`: expected str, got int 1",
+        ),
+        ("job: grpo\n", ["cpu_threads=two"], {}, "--set cpu_threads=two: `cpu_threads`: expected int, got str 'two'"),
+        ("job: grpo\n", ["eval.generate=remote"], {}, "`eval.generate` must be one of local, inference, got 'remote'"),
+        ("opencode:\n  limits: {max_turns: 0}\n", [], {}, "`opencode.limits.max_turns`: Input should be greater than"),
+        ("eval: 3\n", [], {}, "`eval` must be a mapping, got int"),
+        ("job: grpo\n", ["grpo.max_steps"], {}, "KEY=VALUE"),
+        ("- a\n- b\n", [], {}, "the top level must be a mapping"),
+        ("job: [grpo\n", [], {}, "invalid YAML"),
+    ],
+)
 def test_bad_configs_are_rejected_with_the_key(tmp_path, text, overrides, environ, message):
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text), overrides, environ=environ)
@@ -66,8 +89,12 @@ def test_a_negative_thread_count_is_refused_before_the_job_starts(tmp_path, caps
 
 
 def test_env_overrides_are_typed_and_stack_variables_are_not_settings(tmp_path):
-    env = {"TRAINER_EVAL__NUM_QUESTIONS": "20", "TRAINER_OPENCODE__LIMITS__MAX_TURNS": "3",
-           "TRAINER_GPU": "1", "TRAINER_IP": "172.28.0.10"}  # the GPU stack's Compose variables
+    env = {
+        "TRAINER_EVAL__NUM_QUESTIONS": "20",
+        "TRAINER_OPENCODE__LIMITS__MAX_TURNS": "3",
+        "TRAINER_GPU": "1",
+        "TRAINER_IP": "172.28.0.10",
+    }  # the GPU stack's Compose variables
     config = load_config(write(tmp_path, "job: grpo\n"), environ=env)
     assert config == {"job": "grpo", "eval": {"num_questions": 20}, "opencode": {"limits": {"max_turns": 3}}}
     assert typed(config, "eval").num_questions == 20 and typed(config, "eval").pool == 2000
@@ -82,11 +109,15 @@ def test_config_command_prints_the_effective_config_and_every_key(capsys, monkey
     shown = yaml.safe_load(effective)
     assert shown["eval"]["num_questions"] == 7 and shown["eval"]["concurrency"] == 2  # override and default
     assert shown["reasoning_gym"]["dataset"] == "aiw" and shown["pretrain"]["questions"] == 8000
-    for line in ("reasoning_gym.seed  (int or null, default None)", "opencode.limits.max_turns  (default 16)",
-                 "eval.generate  (local|inference, default local)", "grpo:  fields of TRL's GRPOConfig"):
+    for line in (
+        "reasoning_gym.seed  (int or null, default None)",
+        "opencode.limits.max_turns  (default 16)",
+        "eval.generate  (local|inference, default local)",
+        "grpo:  fields of TRL's GRPOConfig",
+    ):
         assert line in reference
     # Every key of the schema is in the reference, so it cannot drift from the code that reads it.
-    for name, field in SECTIONS.items():
+    for name in SECTIONS:
         assert f"\n{name}  " in reference or f"\n{name}:  " in reference, name
         section_type = typing.get_type_hints(TrainerConfig)[name]
         for sub in dataclasses.fields(section_type) if dataclasses.is_dataclass(section_type) else ():
@@ -120,10 +151,19 @@ def test_shipped_task_set_is_graded_with_held_out_tests():
 
 
 def test_step_line_and_summary():
-    record = {"reward": 0.25, "reward_std": 0.433, "loss": 0.012, "completions/mean_length": 21.0,
-              "tokens_per_s": 48.2, "step_time_s": 9.8, "weight_version": "step-3"}
-    assert format_step(3, 5, record) == \
-        "step 3/5 | reward 0.250 ± 0.433 | loss 0.012 | len 21.0 | 48 tok/s | 9.8 s | weights step-3"
+    record = {
+        "reward": 0.25,
+        "reward_std": 0.433,
+        "loss": 0.012,
+        "completions/mean_length": 21.0,
+        "tokens_per_s": 48.2,
+        "step_time_s": 9.8,
+        "weight_version": "step-3",
+    }
+    assert (
+        format_step(3, 5, record)
+        == "step 3/5 | reward 0.250 ± 0.433 | loss 0.012 | len 21.0 | 48 tok/s | 9.8 s | weights step-3"
+    )
     records = [{"step": i, "reward": r, "step_time_s": 2.0} for i, r in enumerate([0.0, 0.1, 0.2, 0.5], 1)]
     text = summarize(records, {"metrics": Path("/o/metrics.jsonl"), "plot": None}, window=2)
     assert "first 2 steps 0.050, last 2 steps 0.350 (+0.300)" in text

@@ -39,8 +39,14 @@ def client(stub: StubServer) -> WeightSyncClient:
 def test_reload_pauses_reloads_resets_versions_and_resumes_in_order() -> None:
     stub = StubServer()
     assert client(stub).reload("/weights/step-3", "step-3") == "step-3"
-    assert stub.calls == ["/pause", "/collective_rpc", "/reset_prefix_cache", "/update_weight_version",
-                          "/resume", "/weight_info"]
+    assert stub.calls == [
+        "/pause",
+        "/collective_rpc",
+        "/reset_prefix_cache",
+        "/update_weight_version",
+        "/resume",
+        "/weight_info",
+    ]
 
 
 @pytest.mark.parametrize("step", ["/collective_rpc", "/reset_prefix_cache", "/update_weight_version"])

@@ -26,31 +26,52 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, load the config and run the job."""
     parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__)
     parser.add_argument("job", choices=JOBS)
-    parser.add_argument("--config", type=Path,
-                        help="YAML file (trainer/configs/*.yaml; a bare shipped name like grpo-cpu.yaml works too); "
-                             "required except for `config`")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting, e.g. --set grpo.max_steps=5 (repeatable; also TRAINER_GRPO__MAX_STEPS)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="YAML file (trainer/configs/*.yaml; a bare shipped name like grpo-cpu.yaml works too); "
+        "required except for `config`",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. --set grpo.max_steps=5 (repeatable; also TRAINER_GRPO__MAX_STEPS)",
+    )
     parser.add_argument("--model", help="eval: the model to evaluate (default: the config's model)")
-    parser.add_argument("--generate", choices=("local", "inference"),
-                        help="eval: generate in this process or on the inference service (default: eval.generate)")
+    parser.add_argument(
+        "--generate",
+        choices=("local", "inference"),
+        help="eval: generate in this process or on the inference service (default: eval.generate)",
+    )
     parser.add_argument("--out", type=Path, help="eval: where eval.json goes (default: OUTPUT_DIR/eval.json)")
-    parser.add_argument("--if-missing", action="store_true",
-                        help="pretrain: do nothing if the model folder already holds what these settings make")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="grpo/async-grpo: validate the config, build TRL's config objects, print what TRL would "
-                             "get (sampling settings, dtypes, memory settings) as JSON, and stop before loading the "
-                             "model; needs no GPU and no service")
+    parser.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="pretrain: do nothing if the model folder already holds what these settings make",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="grpo/async-grpo: validate the config, build TRL's config objects, print what TRL would "
+        "get (sampling settings, dtypes, memory settings) as JSON, and stop before loading the "
+        "model; needs no GPU and no service",
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
     if args.config is None and args.job != "config":
         parser.error(f"{args.job} needs --config FILE")
     try:
         if args.job == "config":
             print(config_text(args.config, args.overrides), flush=True)
             return 0
-        config = load_config(args.config, args.overrides + ([f"eval.generate={args.generate}"] if args.generate else []))
+        config = load_config(
+            args.config, args.overrides + ([f"eval.generate={args.generate}"] if args.generate else [])
+        )
         if not args.dry_run:
             limit_cpu_threads(top(config, "cpu_threads"))
         if args.job == "eval":
@@ -107,10 +128,15 @@ def config_text(path: Path | None, overrides: list[str]) -> str:
     parts = []
     if path is not None:
         config = effective(load_config(path, overrides))
-        parts += [f"# effective configuration of {path} (file, then TRAINER_* variables, then --set; defaults filled in)",
-                  yaml.safe_dump(config, sort_keys=False, width=120).rstrip(), ""]
-    parts += ["# every key: path (type, default) meaning; set with --set KEY=VALUE or TRAINER_KEY__SUBKEY=VALUE",
-              reference()]
+        parts += [
+            f"# effective configuration of {path} (file, then TRAINER_* variables, then --set; defaults filled in)",
+            yaml.safe_dump(config, sort_keys=False, width=120).rstrip(),
+            "",
+        ]
+    parts += [
+        "# every key: path (type, default) meaning; set with --set KEY=VALUE or TRAINER_KEY__SUBKEY=VALUE",
+        reference(),
+    ]
     return "\n".join(parts)
 
 

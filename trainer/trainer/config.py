@@ -8,9 +8,10 @@ naming the key and where it came from, instead of being ignored.
 """
 
 import os
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 import yaml
 
@@ -57,8 +58,11 @@ def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
 
 def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
     """``TRAINER_GRPO__LEARNING_RATE=1e-5`` -> ``("grpo.learning_rate", 1e-5, "TRAINER_GRPO__LEARNING_RATE")``."""
-    return [(name[len(ENV_PREFIX):].lower().replace("__", "."), parse_value(value), name)
-            for name, value in sorted(environ.items()) if name.startswith(ENV_PREFIX) and name not in STACK_VARIABLES]
+    return [
+        (name[len(ENV_PREFIX) :].lower().replace("__", "."), parse_value(value), name)
+        for name, value in sorted(environ.items())
+        if name.startswith(ENV_PREFIX) and name not in STACK_VARIABLES
+    ]
 
 
 def cli_overrides(assignments: Sequence[str]) -> list[tuple[str, Any, str]]:
@@ -72,7 +76,9 @@ def cli_overrides(assignments: Sequence[str]) -> list[tuple[str, Any, str]]:
     return pairs
 
 
-def load_config(path: Path, assignments: Sequence[str] = (), environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+def load_config(
+    path: Path, assignments: Sequence[str] = (), environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The YAML at ``path`` with environment and command-line overrides applied (in that order)."""
     if not path.exists() and not path.is_absolute() and bundled_config(path.name).exists() and path.parent == Path("."):
         path = bundled_config(path.name)

@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 from .reporting import format_step
 from .settings import required_model, top, typed
@@ -66,8 +66,12 @@ def token_logprobs(model: Any, rows: list[tuple[Any, Any]], temperature: float) 
         # A fresh cache per row: the forward appends the row's own keys to it (by concatenation,
         # so the prefix tensors themselves stay as they are for the next row).
         cache = DynamicCache(ddp_cache_data=prefix_cache, config=model.config) if prefix_cache else None
-        logits = model(input_ids=row_ids[None, shared:], past_key_values=cache,
-                       logits_to_keep=row_positions - 1 - shared).logits[0].float() / temperature
+        logits = (
+            model(input_ids=row_ids[None, shared:], past_key_values=cache, logits_to_keep=row_positions - 1 - shared)
+            .logits[0]
+            .float()
+            / temperature
+        )
         out.append(torch.log_softmax(logits, dim=-1).gather(-1, row_ids[row_positions, None])[:, 0])
     return out
 
@@ -93,7 +97,7 @@ class PolicyVersions:
     def add(self, name: str, step: int, model: Any) -> None:
         self.states[name] = {k: v.detach().clone() for k, v in model.state_dict().items()}
         self.index[name] = step
-        for old in sorted(self.states, key=self.index.__getitem__)[:-self.keep]:
+        for old in sorted(self.states, key=self.index.__getitem__)[: -self.keep]:
             del self.states[old]
 
     def model(self, name: str) -> Any:
@@ -117,17 +121,18 @@ class SampledBy:
         self._clients: dict[str, Any] = {}  # by replica URL
         self._turns: dict[str, list[Any]] = {}
 
-    def versions(self, sample: Any) -> Optional[list[Optional[str]]]:
+    def versions(self, sample: Any) -> list[str | None] | None:
         """One version name per masked token of ``sample``; None when no rollout matches."""
         mask = sample.completion_mask.astype(bool)
         ids = [int(t) for t in sample.input_ids[mask]]
         logps = [float(v) for v in sample.old_log_probs[mask]]
         for rollout_id, env_url in self._group_rollouts(sample.group_id):
             turns = [t for t in self._rollout_turns(rollout_id, env_url) if t.ok and t.completion_token_ids]
-            per_token = [(i, lp, t.weight_version) for t in turns
-                         for i, lp in zip(t.completion_token_ids, t.per_token_logps)]
+            per_token = [
+                (i, lp, t.weight_version) for t in turns for i, lp in zip(t.completion_token_ids, t.per_token_logps)
+            ]
             for start in range(len(per_token) - len(ids) + 1):
-                window = per_token[start:start + len(ids)]
+                window = per_token[start : start + len(ids)]
                 if [w[0] for w in window] == ids and all(abs(w[1] - lp) < 1e-6 for w, lp in zip(window, logps)):
                     return [w[2] for w in window]
         return None
@@ -147,8 +152,9 @@ class SampledBy:
             try:
                 self._turns[rollout_id] = self._clients[env_url].turns(rollout_id)
             except OpenCodeEnvError as exc:
-                log.warning("rollout %s: its turns cannot be read from %s (%s); its rows are dropped",
-                            rollout_id, env_url, exc)
+                log.warning(
+                    "rollout %s: its turns cannot be read from %s (%s); its rows are dropped", rollout_id, env_url, exc
+                )
                 return []
         return self._turns[rollout_id]
 
@@ -157,8 +163,9 @@ class SampledBy:
             client.close()
 
 
-def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwargs: dict[str, Any],
-                 sync: Any) -> dict[str, Any]:
+def train_on_cpu(
+    config: dict[str, Any], args: Any, output_dir: Path, loop_kwargs: dict[str, Any], sync: Any
+) -> dict[str, Any]:
     """Run ``args.max_steps`` optimizer steps on rows from TRL's harness loop; returns the summary parts.
 
     ``sync`` publishes and reloads the weights (``CheckpointWeightSync``); each step's rows are
@@ -175,14 +182,25 @@ def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwarg
     torch.manual_seed(args.seed)
     model = AutoModelForCausalLM.from_pretrained(required_model(config), dtype=torch.float32)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
-                                  betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=args.learning_rate,
+        weight_decay=args.weight_decay,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+    )
     versions = PolicyVersions(model, keep=args.max_staleness + 1)
     version_value = get_context("spawn").Value("i", 0)
     samples: queue.Queue = queue.Queue()
-    loop = _HarnessRolloutLoop(**loop_kwargs, rollout_buffer=samples, model_version_value=version_value,
-                               heartbeat_value=get_context("spawn").Value("d", 0.0), failed_event=threading.Event(),
-                               exception_info_queue=queue.Queue(maxsize=1), metrics_queue=queue.Queue(maxsize=4096))
+    loop = _HarnessRolloutLoop(
+        **loop_kwargs,
+        rollout_buffer=samples,
+        model_version_value=version_value,
+        heartbeat_value=get_context("spawn").Value("d", 0.0),
+        failed_event=threading.Event(),
+        exception_info_queue=queue.Queue(maxsize=1),
+        metrics_queue=queue.Queue(maxsize=4096),
+    )
     sync.on_train_begin(args, None, None)
     # The server may hold another run's weights: start both sides from the same ones (version step-0).
     sync.on_step_end(args, SimpleNamespace(global_step=0), None, model=model)
@@ -247,16 +265,25 @@ def train_on_cpu(config: dict[str, Any], args: Any, output_dir: Path, loop_kwarg
             with version_value.get_lock():
                 version_value.value = step  # TRL's own tag of the groups it starts from now on
             rewards = [s.metrics.get("reward") for s, _ in batch if s.metrics.get("reward") is not None]
-            record = {"step": step, "time": time.time(), "loss": loss_sum / max(tokens, 1),
-                      "reward": sum(rewards) / len(rewards) if rewards else None,
-                      "reward_std": _std(rewards), "grad_norm": grad_norm, "rows": len(batch),
-                      "trained_tokens": tokens, "staleness_mean": sum(staleness) / len(staleness),
-                      "staleness_max": max(staleness), "dropped_stale_total": dropped,
-                      "unmatched_rows_total": unmatched,
-                      "sampled_by": sorted({v for _, vs in batch for v in vs}, key=versions.index.__getitem__),
-                      "logprob_max_diff": max(diffs), "weight_version": sync.version,
-                      "weight_sync/max_logprob_gap": sync.max_logprob_gap,
-                      "step_time_s": time.monotonic() - started}
+            record = {
+                "step": step,
+                "time": time.time(),
+                "loss": loss_sum / max(tokens, 1),
+                "reward": sum(rewards) / len(rewards) if rewards else None,
+                "reward_std": _std(rewards),
+                "grad_norm": grad_norm,
+                "rows": len(batch),
+                "trained_tokens": tokens,
+                "staleness_mean": sum(staleness) / len(staleness),
+                "staleness_max": max(staleness),
+                "dropped_stale_total": dropped,
+                "unmatched_rows_total": unmatched,
+                "sampled_by": sorted({v for _, vs in batch for v in vs}, key=versions.index.__getitem__),
+                "logprob_max_diff": max(diffs),
+                "weight_version": sync.version,
+                "weight_sync/max_logprob_gap": sync.max_logprob_gap,
+                "step_time_s": time.monotonic() - started,
+            }
             records.append(record)
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -286,8 +313,9 @@ def _restore_lost_weights(sync: Any) -> None:
         log.warning("inference server not ready for its weights yet: %s", exc)
 
 
-def _logprob_diff(versions: PolicyVersions, sample: Any, mask: Any, old: Any, token_versions: list[str],
-                  temperature: float) -> float:
+def _logprob_diff(
+    versions: PolicyVersions, sample: Any, mask: Any, old: Any, token_versions: list[str], temperature: float
+) -> float:
     """Largest |logprob under the sampling weights - logprob the proxy recorded| over the row's trained tokens."""
     import torch
 
@@ -314,30 +342,40 @@ def _next_sample(samples: queue.Queue, loop: Any, worker: threading.Thread, dead
 
 
 def _write_row(path: Path, sample: Any, step: int, token_versions: list[str]) -> None:
-    row = {"step": step, "group_id": sample.group_id, "advantage": sample.advantage,
-           "model_version": sample.model_version, "sampled_by": sorted(set(token_versions)),
-           "reward": sample.metrics.get("reward"),
-           "tokens": int(len(sample.input_ids)), "trained_tokens": int(sample.completion_mask.sum()),
-           "input_ids": sample.input_ids.tolist(), "completion_mask": sample.completion_mask.tolist(),
-           "old_log_probs": sample.old_log_probs.tolist()}
+    row = {
+        "step": step,
+        "group_id": sample.group_id,
+        "advantage": sample.advantage,
+        "model_version": sample.model_version,
+        "sampled_by": sorted(set(token_versions)),
+        "reward": sample.metrics.get("reward"),
+        "tokens": int(len(sample.input_ids)),
+        "trained_tokens": int(sample.completion_mask.sum()),
+        "input_ids": sample.input_ids.tolist(),
+        "completion_mask": sample.completion_mask.tolist(),
+        "old_log_probs": sample.old_log_probs.tolist(),
+    }
     with path.open("a") as f:
         f.write(json.dumps(row, default=str) + "\n")
 
 
-def _std(values: list[float]) -> Optional[float]:
+def _std(values: list[float]) -> float | None:
     if not values:
         return None
     mean = sum(values) / len(values)
     return (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
 
 
-def _trackio(config: dict[str, Any], args: Any) -> Optional[Any]:
+def _trackio(config: dict[str, Any], args: Any) -> Any | None:
     if "trackio" not in (args.report_to or []):
         return None
     import trackio
 
-    trackio.init(project=top(config, "trackio_project"), name=args.run_name, config={
-        "job": "async-grpo (cpu)", "model": required_model(config), "learning_rate": args.learning_rate})
+    trackio.init(
+        project=top(config, "trackio_project"),
+        name=args.run_name,
+        config={"job": "async-grpo (cpu)", "model": required_model(config), "learning_rate": args.learning_rate},
+    )
     return trackio
 
 

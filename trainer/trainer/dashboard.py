@@ -20,10 +20,18 @@ def main() -> None:
 
     host = os.environ.get("DASHBOARD_HOST", "0.0.0.0")
     port = int(os.environ.get("DASHBOARD_PORT", "7860"))
-    print(f"trackio dashboard: http://{host}:{port}/ over {os.environ.get('TRACKIO_DIR', '~/.cache/huggingface/trackio')}",
-          flush=True)
-    trackio.show(project=os.environ.get("TRACKIO_PROJECT") or None, host=host, server_port=port, open_browser=False,
-                 block_thread=True)
+    print(
+        f"trackio dashboard: http://{host}:{port}/ over "
+        f"{os.environ.get('TRACKIO_DIR', '~/.cache/huggingface/trackio')}",
+        flush=True,
+    )
+    trackio.show(
+        project=os.environ.get("TRACKIO_PROJECT") or None,
+        host=host,
+        server_port=port,
+        open_browser=False,
+        block_thread=True,
+    )
 
 
 if __name__ == "__main__":

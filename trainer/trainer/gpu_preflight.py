@@ -23,9 +23,9 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
 # The torch builds of both GPU images are CUDA 13.0, which needs an R580 driver or newer.
 MIN_DRIVER = (580, 0)
@@ -58,11 +58,11 @@ class Gpu:
 class Verdict:
     """What the pre-flight found: one line per check, the topology, and whether to go on."""
 
-    topology: Optional[str] = None
+    topology: str | None = None
     lines: list[str] = field(default_factory=list)
     failed: bool = False
     async_grpo: bool = True
-    one_gpu: Optional[int] = None
+    one_gpu: int | None = None
 
     def ok(self, message: str) -> None:
         self.lines.append(f"ok    {message}")
@@ -119,15 +119,20 @@ def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
     if not gpus:
         verdict.fail("nvidia-smi lists no GPU")
         return verdict
-    listing = ", ".join(f"{g.index}: {g.name} (compute {g.compute_cap}, {g.memory_free_mib / GIB:.1f} of "
-                        f"{g.memory_total_mib / GIB:.1f} GiB free)" for g in gpus)
+    listing = ", ".join(
+        f"{g.index}: {g.name} (compute {g.compute_cap}, {g.memory_free_mib / GIB:.1f} of "
+        f"{g.memory_total_mib / GIB:.1f} GiB free)"
+        for g in gpus
+    )
     verdict.ok(f"{len(gpus)} GPU(s): {listing}")
     driver = gpus[0].driver_version
     if driver_at_least(driver):
         verdict.ok(f"driver {driver} (the images' torch is built for CUDA 13.0: needs >= {MIN_DRIVER[0]})")
     else:
-        verdict.fail(f"driver {driver} is older than {MIN_DRIVER[0]}: the images' torch is built for CUDA 13.0, "
-                     f"which needs NVIDIA driver {MIN_DRIVER[0]} or newer; upgrade the driver")
+        verdict.fail(
+            f"driver {driver} is older than {MIN_DRIVER[0]}: the images' torch is built for CUDA 13.0, "
+            f"which needs NVIDIA driver {MIN_DRIVER[0]} or newer; upgrade the driver"
+        )
     by_index = {g.index: g for g in gpus}
     topology = _flag(env, "GPU_TOPOLOGY", "auto")
     if topology not in ("auto", "one", "two"):
@@ -151,27 +156,37 @@ def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
         if async_wanted:
             verdict.note("AsyncGRPO is skipped: TRL's AsyncGRPOTrainer needs a separate vLLM server on another GPU")
         need = trainer_need + COLOCATED_VLLM_SHARE * gpu.memory_total_mib / GIB
-        _check_free(verdict, gpu, need, f"the trainer (~{trainer_need:.0f} GiB) and colocated vLLM "
-                                         f"({COLOCATED_VLLM_SHARE:.2f} of the GPU)")
+        _check_free(
+            verdict,
+            gpu,
+            need,
+            f"the trainer (~{trainer_need:.0f} GiB) and colocated vLLM ({COLOCATED_VLLM_SHARE:.2f} of the GPU)",
+        )
         return verdict
 
     inference_id, trainer_id = int(env.get("INFERENCE_GPU") or 0), int(env.get("TRAINER_GPU") or 1)
-    missing = [f"{name}={i}" for name, i in (("INFERENCE_GPU", inference_id), ("TRAINER_GPU", trainer_id))
-               if i not in by_index]
+    missing = [
+        f"{name}={i}" for name, i in (("INFERENCE_GPU", inference_id), ("TRAINER_GPU", trainer_id)) if i not in by_index
+    ]
     if missing:
-        verdict.fail(f"{', '.join(missing)} is not one of this host's GPUs ({sorted(by_index)}); "
-                     "set the ids in .env, or GPU_TOPOLOGY=one to run on a single GPU")
+        verdict.fail(
+            f"{', '.join(missing)} is not one of this host's GPUs ({sorted(by_index)}); "
+            "set the ids in .env, or GPU_TOPOLOGY=one to run on a single GPU"
+        )
         return verdict
     if inference_id == trainer_id:
-        verdict.fail(f"INFERENCE_GPU and TRAINER_GPU are both {trainer_id}: NCCL cannot put the trainer and the "
-                     "vLLM server of one weight-sync group on the same GPU; give them different GPUs, or set "
-                     "GPU_TOPOLOGY=one to run vLLM inside the trainer (GRPO only)")
+        verdict.fail(
+            f"INFERENCE_GPU and TRAINER_GPU are both {trainer_id}: NCCL cannot put the trainer and the "
+            "vLLM server of one weight-sync group on the same GPU; give them different GPUs, or set "
+            "GPU_TOPOLOGY=one to run vLLM inside the trainer (GRPO only)"
+        )
         return verdict
     verdict.ok(f"topology two: vLLM on GPU {inference_id}, the trainer on GPU {trainer_id} (NCCL weight sync)")
     inference, trainer = by_index[inference_id], by_index[trainer_id]
     share = vllm_share(env.get("GPU_VLLM_EXTRA_ARGS", f"--gpu-memory-utilization {DEFAULT_VLLM_SHARE}"))
-    _check_free(verdict, inference, share * inference.memory_total_mib / GIB,
-                f"vLLM (--gpu-memory-utilization {share})")
+    _check_free(
+        verdict, inference, share * inference.memory_total_mib / GIB, f"vLLM (--gpu-memory-utilization {share})"
+    )
     _check_free(verdict, trainer, trainer_need, "the trainer")
     verdict.async_grpo = async_wanted
     if not async_wanted:
@@ -179,10 +194,12 @@ def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
     elif trainer.compute_cap in FA3_CAPABILITIES:
         verdict.ok(f"GPU {trainer_id} compute capability {trainer.compute_cap}: AsyncGRPO's FA3 kernel has a build")
     else:
-        verdict.fail(f"GPU {trainer_id} ({trainer.name}) has compute capability {trainer.compute_cap}; AsyncGRPO's "
-                     f"attention kernel (kernels-community/flash-attn3) is built for {' and '.join(FA3_CAPABILITIES)} "
-                     "only (A100, H100 class). Set GPU_ASYNC_GRPO=off to run only the GRPO job, or TRAINER_GPU "
-                     "to a GPU of that class")
+        verdict.fail(
+            f"GPU {trainer_id} ({trainer.name}) has compute capability {trainer.compute_cap}; AsyncGRPO's "
+            f"attention kernel (kernels-community/flash-attn3) is built for {' and '.join(FA3_CAPABILITIES)} "
+            "only (A100, H100 class). Set GPU_ASYNC_GRPO=off to run only the GRPO job, or TRAINER_GPU "
+            "to a GPU of that class"
+        )
     return verdict
 
 
@@ -191,9 +208,11 @@ def _check_free(verdict: Verdict, gpu: Gpu, need_gib: float, what: str) -> None:
     if free + 1e-9 >= need_gib:
         verdict.ok(f"GPU {gpu.index}: {free:.1f} GiB free, {what} needs ~{need_gib:.1f} GiB")
     else:
-        verdict.fail(f"GPU {gpu.index} ({gpu.name}) has {free:.1f} GiB free; {what} needs ~{need_gib:.1f} GiB "
-                     "(GPU_TRAINER_MEMORY_GIB: the trainer's estimate, 16 bytes per parameter plus activations; "
-                     "free the GPU or lower the vLLM share)")
+        verdict.fail(
+            f"GPU {gpu.index} ({gpu.name}) has {free:.1f} GiB free; {what} needs ~{need_gib:.1f} GiB "
+            "(GPU_TRAINER_MEMORY_GIB: the trainer's estimate, 16 bytes per parameter plus activations; "
+            "free the GPU or lower the vLLM share)"
+        )
 
 
 def unwritable(folders: Sequence[str]) -> list[str]:
@@ -211,7 +230,7 @@ def unwritable(folders: Sequence[str]) -> list[str]:
     return bad
 
 
-def check_training_device(async_grpo: bool, env: Optional[Mapping[str, str]] = None) -> list[str]:
+def check_training_device(async_grpo: bool, env: Mapping[str, str] | None = None) -> list[str]:
     """In the trainer container, before the model loads: CUDA usable, the FA3 capability for
     AsyncGRPO, and writable caches. Returns the problems (empty: go on)."""
     import torch
@@ -219,13 +238,17 @@ def check_training_device(async_grpo: bool, env: Optional[Mapping[str, str]] = N
     env = os.environ if env is None else env
     problems = []
     if not torch.cuda.is_available():
-        problems.append("CUDA is not usable by torch here (torch is built for CUDA 13.0: NVIDIA driver >= 580, "
-                        "and the container needs a GPU: deploy.resources.reservations.devices)")
+        problems.append(
+            "CUDA is not usable by torch here (torch is built for CUDA 13.0: NVIDIA driver >= 580, "
+            "and the container needs a GPU: deploy.resources.reservations.devices)"
+        )
     elif async_grpo:
         major, minor = torch.cuda.get_device_capability()
         if f"{major}.{minor}" not in FA3_CAPABILITIES:
-            problems.append(f"{torch.cuda.get_device_name()} has compute capability {major}.{minor}; AsyncGRPO's "
-                            f"FA3 kernel is built for {' and '.join(FA3_CAPABILITIES)} only")
+            problems.append(
+                f"{torch.cuda.get_device_name()} has compute capability {major}.{minor}; AsyncGRPO's "
+                f"FA3 kernel is built for {' and '.join(FA3_CAPABILITIES)} only"
+            )
     caches = [env[name] for name in ("HF_HOME", "KERNELS_CACHE", "TRACKIO_DIR") if env.get(name)]
     problems += [f"cache folder not writable: {bad}" for bad in unwritable(caches)]
     return problems
@@ -233,11 +256,16 @@ def check_training_device(async_grpo: bool, env: Optional[Mapping[str, str]] = N
 
 def query_nvidia_smi() -> str:
     """``nvidia-smi``'s answer to the pre-flight's query."""
-    return subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout
+    return subprocess.run(
+        ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Print one line per check and ``topology=...`` lines for the caller; exit 1 on a failed check."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nvidia-smi-output", type=Path, help="read this file instead of running nvidia-smi")

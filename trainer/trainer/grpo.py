@@ -5,11 +5,20 @@ import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .config import ConfigError, section
-from .evaluate import (answer_tool, before_and_after, eval_settings, generator_for, held_out_evaluation,
-                       held_out_set, log_held_out, reasoning_gym_settings, write_report)
+from .evaluate import (
+    answer_tool,
+    before_and_after,
+    eval_settings,
+    generator_for,
+    held_out_evaluation,
+    held_out_set,
+    log_held_out,
+    reasoning_gym_settings,
+    write_report,
+)
 from .generation import LocalGenerator
 from .gpu_preflight import check_training_device
 from .job import as_on_cuda_host, finish, prepare_output, trl_fields
@@ -34,8 +43,9 @@ class ServerScoreReward:
         rollouts_path.parent.mkdir(parents=True, exist_ok=True)
         rollouts_path.write_text("")
 
-    def __call__(self, completions: list[Any], environments: list[ReasoningGymToolEnv],
-                 trainer_state: Any = None, **kwargs: Any) -> list[Optional[float]]:
+    def __call__(
+        self, completions: list[Any], environments: list[ReasoningGymToolEnv], trainer_state: Any = None, **kwargs: Any
+    ) -> list[float | None]:
         rewards = [env._reward() for env in environments]
         step = trainer_state.global_step if trainer_state is not None else None
         with self.rollouts_path.open("a") as f:
@@ -74,12 +84,15 @@ def weight_sync_mode(config: dict[str, Any]) -> str:
     grpo = section(config, "grpo")
     server = bool(grpo.get("use_vllm")) and grpo.get("vllm_mode", "colocate") == "server"
     if server and mode != "nccl":
-        raise ConfigError(f"weight_sync.mode is {mode!r}, but with grpo.vllm_mode: server TRL always syncs the "
-                          "weights to vLLM over NCCL; set weight_sync.mode: nccl (a checkpoint reload needs "
-                          "generation in the trainer: grpo.use_vllm: false)")
+        raise ConfigError(
+            f"weight_sync.mode is {mode!r}, but with grpo.vllm_mode: server TRL always syncs the "
+            "weights to vLLM over NCCL; set weight_sync.mode: nccl (a checkpoint reload needs "
+            "generation in the trainer: grpo.use_vllm: false)"
+        )
     if mode == "nccl" and not server:
-        raise ConfigError("weight_sync.mode: nccl is TRL's vLLM server mode: set grpo.use_vllm: true and "
-                          "grpo.vllm_mode: server")
+        raise ConfigError(
+            "weight_sync.mode: nccl is TRL's vLLM server mode: set grpo.use_vllm: true and grpo.vllm_mode: server"
+        )
     return mode
 
 
@@ -89,24 +102,42 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
     settings = reasoning_gym_settings(config)
     args = as_on_cuda_host(grpo_config, config, Path(top(config, "output_dir") or "outputs/grpo"))
     dtype = (args.model_init_kwargs or {}).get("dtype", "float32")
-    return {"job": "grpo", "weight_sync": weight_sync_mode(config), "eval": dataclasses.asdict(eval_settings(config)),
-            "env": {"url": settings.env_url, "dataset": settings.dataset, "seed": settings.seed},
-            "trainer": {"dtype": str(dtype), "bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing,
-                        "per_device_train_batch_size": args.per_device_train_batch_size,
-                        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-                        "learning_rate": args.learning_rate, "save_total_limit": args.save_total_limit,
-                        "save_only_model": args.save_only_model},
-            "generation": {"use_vllm": args.use_vllm, "vllm_mode": args.vllm_mode if args.use_vllm else None,
-                           "num_generations": args.num_generations, "temperature": args.temperature,
-                           "top_p": args.top_p, "top_k": args.top_k, "min_p": args.min_p,
-                           "repetition_penalty": args.repetition_penalty,
-                           "max_completion_length": args.max_completion_length,
-                           "max_tool_calling_iterations": args.max_tool_calling_iterations,
-                           "chat_template_kwargs": args.chat_template_kwargs},
-            "colocated_vllm": {"gpu_memory_utilization": args.vllm_gpu_memory_utilization,
-                               "enable_sleep_mode": args.vllm_enable_sleep_mode,
-                               "max_model_length": args.vllm_max_model_length}
-            if args.use_vllm and args.vllm_mode == "colocate" else None}
+    return {
+        "job": "grpo",
+        "weight_sync": weight_sync_mode(config),
+        "eval": dataclasses.asdict(eval_settings(config)),
+        "env": {"url": settings.env_url, "dataset": settings.dataset, "seed": settings.seed},
+        "trainer": {
+            "dtype": str(dtype),
+            "bf16": args.bf16,
+            "gradient_checkpointing": args.gradient_checkpointing,
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "learning_rate": args.learning_rate,
+            "save_total_limit": args.save_total_limit,
+            "save_only_model": args.save_only_model,
+        },
+        "generation": {
+            "use_vllm": args.use_vllm,
+            "vllm_mode": args.vllm_mode if args.use_vllm else None,
+            "num_generations": args.num_generations,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "min_p": args.min_p,
+            "repetition_penalty": args.repetition_penalty,
+            "max_completion_length": args.max_completion_length,
+            "max_tool_calling_iterations": args.max_tool_calling_iterations,
+            "chat_template_kwargs": args.chat_template_kwargs,
+        },
+        "colocated_vllm": {
+            "gpu_memory_utilization": args.vllm_gpu_memory_utilization,
+            "enable_sleep_mode": args.vllm_enable_sleep_mode,
+            "max_model_length": args.vllm_max_model_length,
+        }
+        if args.use_vllm and args.vllm_mode == "colocate"
+        else None,
+    }
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
@@ -139,16 +170,32 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     reporter = StepReporter(output_dir / "metrics.jsonl", weight_version=(lambda: sync.version) if sync else None)
     callbacks.append(reporter)
 
-    log.info("GRPO: model %s, env %s (dataset %s, seed %d), %d steps, output %s", model, settings.env_url,
-             settings.dataset, settings.seed, args.max_steps, output_dir)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=args,
-                          train_dataset=dataset, callbacks=callbacks,
-                          environment_factory=functools.partial(ReasoningGymToolEnv, settings))
+    log.info(
+        "GRPO: model %s, env %s (dataset %s, seed %d), %d steps, output %s",
+        model,
+        settings.env_url,
+        settings.dataset,
+        settings.seed,
+        args.max_steps,
+        output_dir,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=dataset,
+        callbacks=callbacks,
+        environment_factory=functools.partial(ReasoningGymToolEnv, settings),
+    )
     trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
     if mode == "nccl":
         # TRL's constructor has joined the NCCL group with the vLLM server by now (or raised).
-        print(f"weight sync: NCCL group with the vLLM server at {args.vllm_server_base_url} formed "
-              f"(group port {args.vllm_group_port})", flush=True)
+        print(
+            f"weight sync: NCCL group with the vLLM server at {args.vllm_server_base_url} formed "
+            f"(group port {args.vllm_group_port})",
+            flush=True,
+        )
     if probe is not None:
         probe.trainer = trainer
     evaluate = held_out_evaluator(config, trainer.model, tokenizer, prompt)
@@ -160,13 +207,23 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         write_report(output_dir / "eval.json", [before, after])
         held_out = before_and_after(config, before, after)
         if "trackio" in args.report_to:
-            log_held_out(top(config, "trackio_project"), args.run_name, [(0, before), (trainer.state.global_step, after)])
-    return finish(trainer, reporter.records, output_dir, f"GRPO on reasoning-gym {settings.dataset}",
-                  {"rollouts": output_dir / "rollouts.jsonl", "held-out evaluation": output_dir / "eval.json"
-                   if evaluate else None}, held_out)
+            log_held_out(
+                top(config, "trackio_project"), args.run_name, [(0, before), (trainer.state.global_step, after)]
+            )
+    return finish(
+        trainer,
+        reporter.records,
+        output_dir,
+        f"GRPO on reasoning-gym {settings.dataset}",
+        {
+            "rollouts": output_dir / "rollouts.jsonl",
+            "held-out evaluation": output_dir / "eval.json" if evaluate else None,
+        },
+        held_out,
+    )
 
 
-def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, prompt: str) -> Optional[Any]:
+def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, prompt: str) -> Any | None:
     """``label -> report`` evaluating the model being trained on the held-out questions (None when
     ``eval.before_after`` is off): in this process, or with ``eval.generate: inference`` on the
     inference service, whose weights follow the trained model (vLLM server mode)."""
@@ -177,8 +234,9 @@ def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, promp
         generate = generator_for(config, None, "inference")
     else:
         template = dict(section(config, "grpo").get("chat_template_kwargs") or {})
-        generate = LocalGenerator(model, tokenizer, prompt, [answer_tool(reasoning_gym_settings(config))],
-                                  ev.max_new_tokens, template)
+        generate = LocalGenerator(
+            model, tokenizer, prompt, [answer_tool(reasoning_gym_settings(config))], ev.max_new_tokens, template
+        )
     questions = held_out_set(config)  # once: before and after answer the same questions
     return lambda label: held_out_evaluation(config, generate, label, questions)
 
@@ -190,11 +248,12 @@ def weight_sync_callback(config: dict[str, Any], tokenizer: Any) -> Any:
     ws, inference = typed(config, "weight_sync"), typed(config, "inference")
     weights_dir = Path(ws.weights_dir)
     probe = tokenizer(PROBE_TEXT)["input_ids"] if ws.verify else None
-    return CheckpointWeightSync(inference.url, weights_dir, ws.server_weights_dir or str(weights_dir), probe,
-                                served_model=inference.model)
+    return CheckpointWeightSync(
+        inference.url, weights_dir, ws.server_weights_dir or str(weights_dir), probe, served_model=inference.model
+    )
 
 
-def server_weights_probe(config: dict[str, Any], tokenizer: Any) -> Optional[Any]:
+def server_weights_probe(config: dict[str, Any], tokenizer: Any) -> Any | None:
     """vLLM server mode: the end-of-training check that the trained weights reached the server
     (``weight_sync.verify``, default on; ``weight_sync.tolerance``)."""
     from .weight_sync import PROBE_TEXT, ServerWeightsProbe
@@ -202,5 +261,6 @@ def server_weights_probe(config: dict[str, Any], tokenizer: Any) -> Optional[Any
     ws, inference = typed(config, "weight_sync"), typed(config, "inference")
     if not ws.verify:
         return None
-    return ServerWeightsProbe(inference.url, inference.model or required_model(config),
-                              tokenizer(PROBE_TEXT)["input_ids"], ws.tolerance)
+    return ServerWeightsProbe(
+        inference.url, inference.model or required_model(config), tokenizer(PROBE_TEXT)["input_ids"], ws.tolerance
+    )

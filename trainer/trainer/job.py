@@ -3,12 +3,13 @@ TRL's config, and the final model, plot and summary."""
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from .config import section
-from .settings import top
 from .reporting import plot_rewards, summarize
+from .settings import top
 
 
 def prepare_output(config: dict[str, Any], default_dir: str) -> Path:
@@ -54,8 +55,14 @@ def as_on_cuda_host(build: Callable[..., Any], *args: Any) -> Any:
         training_args.is_torch_bf16_gpu_available = real
 
 
-def finish(trainer: Any, records: list[dict[str, Any]], output_dir: Path, title: str,
-           outputs: dict[str, Optional[Path]], held_out: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def finish(
+    trainer: Any,
+    records: list[dict[str, Any]],
+    output_dir: Path,
+    title: str,
+    outputs: dict[str, Path | None],
+    held_out: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Save the final model (with its tokenizer), plot the rewards (and the held-out accuracy before
     and after training, if evaluated), print and write the summary."""
     final_dir = output_dir / "final"
@@ -64,17 +71,25 @@ def finish(trainer: Any, records: list[dict[str, Any]], output_dir: Path, title:
     if held_out:
         mode, change = next(iter(held_out["modes"].items()))
         points = (mode, change["before"], change["after"])
-    outputs = {"metrics": output_dir / "metrics.jsonl", **outputs, "final model": final_dir,
-               "checkpoints": output_dir / "checkpoints",
-               "reward plot": plot_rewards(records, output_dir / "reward.png", title, points),
-               "trackio": Path(os.environ["TRACKIO_DIR"])}
+    outputs = {
+        "metrics": output_dir / "metrics.jsonl",
+        **outputs,
+        "final model": final_dir,
+        "checkpoints": output_dir / "checkpoints",
+        "reward plot": plot_rewards(records, output_dir / "reward.png", title, points),
+        "trackio": Path(os.environ["TRACKIO_DIR"]),
+    }
     text = summarize(records, outputs)
     if held_out:
         text = "\n".join([text, *held_out["lines"]])
     print(text, flush=True)
-    summary = {"steps": len(records), "rewards": [r.get("reward") for r in records],
-               "step_time_s": [r.get("step_time_s") for r in records],
-               "held_out": held_out["modes"] if held_out else None,
-               "outputs": {k: str(v) for k, v in outputs.items() if v is not None}, "text": text}
+    summary = {
+        "steps": len(records),
+        "rewards": [r.get("reward") for r in records],
+        "step_time_s": [r.get("step_time_s") for r in records],
+        "held_out": held_out["modes"] if held_out else None,
+        "outputs": {k: str(v) for k, v in outputs.items() if v is not None},
+        "text": text,
+    }
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

@@ -25,12 +25,14 @@ import json
 import logging
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .generation import messages_for
-from .held_out import PRETRAINING_MANIFEST as MANIFEST, labelled_questions, question_digest
+from .held_out import PRETRAINING_MANIFEST as MANIFEST
+from .held_out import labelled_questions, question_digest
 from .reasoning_gym_tools import ReasoningGymSettings
 from .settings import ConfigError, PretrainSettings, required_model, typed
 
@@ -44,7 +46,9 @@ def pretrain_settings(config: dict[str, Any]) -> PretrainSettings:
     if not 0.0 <= settings.label_noise < 1.0 or settings.questions < settings.batch_size:
         raise ConfigError("pretrain.label_noise must be in [0, 1) and pretrain.questions >= pretrain.batch_size")
     if settings.question_loss < 0:
-        raise ConfigError(f"pretrain.question_loss must be >= 0 (0: no loss on the questions), got {settings.question_loss}")
+        raise ConfigError(
+            f"pretrain.question_loss must be >= 0 (0: no loss on the questions), got {settings.question_loss}"
+        )
     return settings
 
 
@@ -56,8 +60,13 @@ def completion_text(answer: str) -> str:
 
 def _recipe(config: dict[str, Any], settings: PretrainSettings, rg: ReasoningGymSettings) -> dict[str, Any]:
     """Everything the output depends on (``--if-missing`` compares it)."""
-    return {"version": VERSION, "settings": asdict(settings), "dataset": rg.dataset,
-            "dataset_config": rg.dataset_config, "prompt": typed(config, "reasoning_gym").prompt}
+    return {
+        "version": VERSION,
+        "settings": asdict(settings),
+        "dataset": rg.dataset,
+        "dataset_config": rg.dataset_config,
+        "prompt": typed(config, "reasoning_gym").prompt,
+    }
 
 
 def already_done(config: dict[str, Any]) -> bool:
@@ -69,7 +78,9 @@ def already_done(config: dict[str, Any]) -> bool:
         recorded = json.loads(path.read_text())["recipe"]
     except (OSError, ValueError, KeyError):
         return False
-    return recorded == json.loads(json.dumps(_recipe(config, pretrain_settings(config), reasoning_gym_settings(config))))
+    return recorded == json.loads(
+        json.dumps(_recipe(config, pretrain_settings(config), reasoning_gym_settings(config)))
+    )
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
@@ -84,15 +95,25 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     out = Path(required_model(config))
     began = time.monotonic()
     torch.manual_seed(settings.init_seed)
-    log.info("pretrain: fetching %d %s questions (seed %d) from %s", settings.questions, rg.dataset, settings.seed,
-             rg.env_url)
+    log.info(
+        "pretrain: fetching %d %s questions (seed %d) from %s",
+        settings.questions,
+        rg.dataset,
+        settings.seed,
+        rg.env_url,
+    )
     examples = labelled_questions(rg, settings.seed, settings.questions)
     base = AutoTokenizer.from_pretrained(settings.base)
     tool = answer_tool(rg)
 
     def render(tokenizer: Any, question: str) -> str:
-        return tokenizer.apply_chat_template(messages_for(prompt, question), tools=[tool], tokenize=False,
-                                             add_generation_prompt=True, enable_thinking=False)
+        return tokenizer.apply_chat_template(
+            messages_for(prompt, question),
+            tools=[tool],
+            tokenize=False,
+            add_generation_prompt=True,
+            enable_thinking=False,
+        )
 
     corpus = [render(base, q) + completion_text(a) for q, a in examples]
     tokenizer = base.train_new_from_iterator(corpus, vocab_size=settings.vocab_size)
@@ -106,38 +127,61 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     model_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     model_config.pad_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     model = Qwen3ForCausalLM(model_config).to(torch.float32)
-    model.generation_config = GenerationConfig(eos_token_id=[model_config.eos_token_id, model_config.pad_token_id],
-                                               pad_token_id=model_config.pad_token_id)
-    log.info("pretrain: tokenizer of %d tokens, model of %s parameters (%.0f s)", len(tokenizer),
-             f"{sum(p.numel() for p in model.parameters()):,}", time.monotonic() - began)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[model_config.eos_token_id, model_config.pad_token_id], pad_token_id=model_config.pad_token_id
+    )
+    log.info(
+        "pretrain: tokenizer of %d tokens, model of %s parameters (%.0f s)",
+        len(tokenizer),
+        f"{sum(p.numel() for p in model.parameters()):,}",
+        time.monotonic() - began,
+    )
 
     rng = random.Random(settings.init_seed)
     prompts = [tokenizer(render(tokenizer, q)).input_ids for q, _ in examples]
     clean = [tokenizer(completion_text(a)).input_ids for _, a in examples]
     answers = sorted({a for _, a in examples})
-    noisy = [tokenizer(completion_text(rng.choice(answers) if rng.random() < settings.label_noise else a)).input_ids
-             for _, a in examples]
+    noisy = [
+        tokenizer(completion_text(rng.choice(answers) if rng.random() < settings.label_noise else a)).input_ids
+        for _, a in examples
+    ]
     trainer = _SharedHeadTrainer(model, prompts, model_config.pad_token_id, settings, rng)
-    skill_steps, skill_loss = trainer.train(clean, settings.max_steps, settings.learning_rate,
-                                            stop_below=settings.skill_loss, phase="skill")
+    skill_steps, skill_loss = trainer.train(
+        clean, settings.max_steps, settings.learning_rate, stop_below=settings.skill_loss, phase="skill"
+    )
     if skill_loss >= settings.skill_loss:
-        raise ConfigError(f"pretrain: the answer loss is {skill_loss:.3f} after pretrain.max_steps={settings.max_steps} "
-                           f"steps, above pretrain.skill_loss={settings.skill_loss}: the policy did not learn the task; "
-                           "raise pretrain.max_steps or pretrain.learning_rate")
-    _, noise_loss = trainer.train(noisy, settings.noise_steps, settings.noise_learning_rate, stop_below=None,
-                                  phase="partial")
+        raise ConfigError(
+            f"pretrain: the answer loss is {skill_loss:.3f} after pretrain.max_steps={settings.max_steps} "
+            f"steps, above pretrain.skill_loss={settings.skill_loss}: the policy did not learn the task; "
+            "raise pretrain.max_steps or pretrain.learning_rate"
+        )
+    _, noise_loss = trainer.train(
+        noisy, settings.noise_steps, settings.noise_learning_rate, stop_below=None, phase="partial"
+    )
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     model.save_pretrained(out, safe_serialization=True)
-    manifest = {"recipe": _recipe(config, settings, rg), "skill_steps": skill_steps, "skill_answer_loss": skill_loss,
-                "partial_answer_loss": noise_loss, "answers": answers, "seconds": round(time.monotonic() - began, 1),
-                "question_sha256": sorted({question_digest(q) for q, _ in examples})}
+    manifest = {
+        "recipe": _recipe(config, settings, rg),
+        "skill_steps": skill_steps,
+        "skill_answer_loss": skill_loss,
+        "partial_answer_loss": noise_loss,
+        "answers": answers,
+        "seconds": round(time.monotonic() - began, 1),
+        "question_sha256": sorted({question_digest(q) for q, _ in examples}),
+    }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     for path in out.iterdir():
         path.chmod(0o644)  # read by the trainer and inference containers under other uids
-    log.info("pretrain: wrote %s in %.0f s (skill after %d steps, answer loss %.3f; partial: answer loss %.3f)",
-             out, manifest["seconds"], skill_steps, skill_loss, noise_loss)
+    log.info(
+        "pretrain: wrote %s in %.0f s (skill after %d steps, answer loss %.3f; partial: answer loss %.3f)",
+        out,
+        manifest["seconds"],
+        skill_steps,
+        skill_loss,
+        noise_loss,
+    )
     return manifest
 
 
@@ -146,8 +190,9 @@ class _SharedHeadTrainer:
 
     EMA = 0.9
 
-    def __init__(self, model: Any, prompts: Sequence[list[int]], pad: int, settings: PretrainSettings,
-                 rng: random.Random) -> None:
+    def __init__(
+        self, model: Any, prompts: Sequence[list[int]], pad: int, settings: PretrainSettings, rng: random.Random
+    ) -> None:
         import torch
 
         self.model, self.pad, self.settings, self.rng = model, pad, settings, rng
@@ -159,8 +204,9 @@ class _SharedHeadTrainer:
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
         self.step = 0
 
-    def train(self, completions: Sequence[list[int]], steps: int, learning_rate: float,
-              stop_below: float | None, phase: str) -> tuple[int, float]:
+    def train(
+        self, completions: Sequence[list[int]], steps: int, learning_rate: float, stop_below: float | None, phase: str
+    ) -> tuple[int, float]:
         """Up to ``steps`` steps (fewer once the answer loss's moving average is below ``stop_below``);
         returns (steps run, that moving average)."""
         import torch
@@ -181,8 +227,14 @@ class _SharedHeadTrainer:
             self.optimizer.zero_grad()
             average = answer_loss if step == 1 else self.EMA * average + (1 - self.EMA) * answer_loss
             if step % 50 == 0:
-                log.info("pretrain %s: step %d | loss %.4f | answer loss %.3f | %.0f s", phase, step, loss.item(),
-                         average, time.monotonic() - began)
+                log.info(
+                    "pretrain %s: step %d | loss %.4f | answer loss %.3f | %.0f s",
+                    phase,
+                    step,
+                    loss.item(),
+                    average,
+                    time.monotonic() - began,
+                )
             if stop_below is not None and average < stop_below:
                 return step, average
         return steps, average
@@ -215,21 +267,24 @@ class _SharedHeadTrainer:
         targets = []
         for i, (tail, completion) in enumerate(rows):
             ids[i, : len(tail) + len(completion)] = torch.tensor(tail + completion)
-            mask[i, head: head + len(tail) + len(completion)] = 1
-            where[i, len(tail) - 1: len(tail) + len(completion) - 1] = True  # positions that predict the completion
+            mask[i, head : head + len(tail) + len(completion)] = 1
+            where[i, len(tail) - 1 : len(tail) + len(completion) - 1] = True  # positions that predict the completion
             in_prompt[i, : len(tail) - 1] = True  # positions that predict the prompt's next token
             targets.append(completion)
         with torch.no_grad():
             cache = self.model.model(input_ids=self.head, use_cache=True).past_key_values
         cache.batch_repeat_interleave(batch)
         positions = torch.arange(head, head + width)[None].expand(batch, -1)
-        hidden = self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                                  use_cache=True).last_hidden_state
+        hidden = self.model.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
         logits = self.model.lm_head(hidden[where]).view(batch, -1, self.model.config.vocab_size)
         question_loss = None
         if self.settings.question_loss:
             following = torch.roll(ids, -1, dims=1)
-            question_loss = torch.nn.functional.cross_entropy(self.model.lm_head(hidden[in_prompt]), following[in_prompt])
+            question_loss = torch.nn.functional.cross_entropy(
+                self.model.lm_head(hidden[in_prompt]), following[in_prompt]
+            )
         return logits, torch.tensor(targets), question_loss
 
 

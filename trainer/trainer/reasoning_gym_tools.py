@@ -12,15 +12,18 @@ question; an answer lost to the restart gives reward ``None`` (TRL ignores the s
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
 
 log = logging.getLogger("trainer.reasoning_gym")
 
-PROMPT = ("Solve the problem below. Reply by calling the `answer` tool exactly once with your final answer "
-          "(only the answer, no explanation).")
+PROMPT = (
+    "Solve the problem below. Reply by calling the `answer` tool exactly once with your final answer "
+    "(only the answer, no explanation)."
+)
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,13 @@ class ReasoningGymSettings:
 class AnswerRecord:
     """What one rollout asked and answered, and what the server said about it."""
 
-    question: Optional[str] = None
+    question: str | None = None
     question_index: int = -1
-    answer: Optional[str] = None
-    score: Optional[float] = None
-    correct_answer: Optional[str] = None
-    dataset_metadata: Optional[dict[str, Any]] = None
-    error: Optional[str] = None
+    answer: str | None = None
+    score: float | None = None
+    correct_answer: str | None = None
+    dataset_metadata: dict[str, Any] | None = None
+    error: str | None = None
 
 
 class EnvUnavailable(RuntimeError):
@@ -65,8 +68,9 @@ class ReasoningGymToolEnv:
 
     def _connect(self) -> Any:
         s = self._settings
-        client = ReasoningGymEnv(base_url=s.env_url, connect_timeout_s=s.connect_timeout_s,
-                                 message_timeout_s=s.message_timeout_s).sync()
+        client = ReasoningGymEnv(
+            base_url=s.env_url, connect_timeout_s=s.connect_timeout_s, message_timeout_s=s.message_timeout_s
+        ).sync()
         client.connect()
         return client
 
@@ -81,8 +85,9 @@ class ReasoningGymToolEnv:
     def _reset_to(self, count: int) -> Any:
         """Set up the dataset on a new session and move it to the ``count``-th question (1-based)."""
         s = self._settings
-        result = self._client.reset(dataset_name=s.dataset, dataset_config=s.dataset_config, seed=s.seed,
-                                    size=s.dataset_size)
+        result = self._client.reset(
+            dataset_name=s.dataset, dataset_config=s.dataset_config, seed=s.seed, size=s.dataset_size
+        )
         for _ in range(count - 1):
             result = self._client.reset()
         return result
@@ -104,10 +109,16 @@ class ReasoningGymToolEnv:
                 error = exc
             except Exception as exc:  # connection refused/closed, timeouts
                 error = exc
-            log.warning("reasoning-gym env %s failed (%s: %s); reconnecting (%d/%d)", call, type(error).__name__,
-                        error, attempt + 1, self._settings.reconnect_attempts)
+            log.warning(
+                "reasoning-gym env %s failed (%s: %s); reconnecting (%d/%d)",
+                call,
+                type(error).__name__,
+                error,
+                attempt + 1,
+                self._settings.reconnect_attempts,
+            )
             self._disconnect()
-            time.sleep(min(2.0 ** attempt, 10.0))
+            time.sleep(min(2.0**attempt, 10.0))
         raise EnvUnavailable(f"reasoning-gym env at {self._settings.env_url} unreachable: {error}")
 
     def reset(self, **row: Any) -> str:
@@ -150,7 +161,7 @@ class ReasoningGymToolEnv:
         self.record.dataset_metadata = obs.dataset_metadata
         return "correct" if self.record.score >= 1.0 else f"incorrect (score {self.record.score:g})"
 
-    def _reward(self) -> Optional[float]:
+    def _reward(self) -> float | None:
         """The server's score; 0 when the model never answered; None when the env failed."""
         if self.record.error is not None:
             return None

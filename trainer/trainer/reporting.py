@@ -1,13 +1,20 @@
 """What a user reads and keeps from a run: the per-step line, a reward plot (PNG) and the summary."""
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 # TRL's log keys, in the order the step line shows them.
-STEP_FIELDS = (("reward", "reward {:.3f}"), ("reward_std", "± {:.3f}"), ("loss", "loss {:.3g}"), ("kl", "kl {:.3g}"),
-               ("completions/mean_length", "len {:.1f}"), ("staleness_max", "staleness {:.0f}"),
-               ("logprob_max_diff", "logprob diff {:.1e}"))
+STEP_FIELDS = (
+    ("reward", "reward {:.3f}"),
+    ("reward_std", "± {:.3f}"),
+    ("loss", "loss {:.3g}"),
+    ("kl", "kl {:.3g}"),
+    ("completions/mean_length", "len {:.1f}"),
+    ("staleness_max", "staleness {:.0f}"),
+    ("logprob_max_diff", "logprob diff {:.1e}"),
+)
 
 
 def format_step(step: int, total: int, record: dict[str, Any]) -> str:
@@ -36,8 +43,9 @@ def trailing_mean(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
-def plot_rewards(records: list[dict[str, Any]], path: Path, title: str,
-                 held_out: Optional[tuple[str, float, float]] = None) -> Optional[Path]:
+def plot_rewards(
+    records: list[dict[str, Any]], path: Path, title: str, held_out: tuple[str, float, float] | None = None
+) -> Path | None:
     """Reward mean per step as a PNG, its trailing mean over a tenth of the run (runs of 20 steps or
     more), and the held-out accuracy before (step 0) and after (last step) training when given as
     ``(mode, before, after)``; None when no step logged a reward."""
@@ -54,12 +62,23 @@ def plot_rewards(records: list[dict[str, Any]], path: Path, title: str,
     ax.plot(steps, means, marker="o", markersize=3, linewidth=0.8, alpha=0.45, label="reward (mean over the batch)")
     window = len(steps) // 10
     if window >= 2:
-        ax.plot(steps, trailing_mean(means, window), linewidth=2.2, color="tab:blue",
-                label=f"reward, mean of the last {window} steps")
+        ax.plot(
+            steps,
+            trailing_mean(means, window),
+            linewidth=2.2,
+            color="tab:blue",
+            label=f"reward, mean of the last {window} steps",
+        )
     if held_out is not None:
         mode, before, after = held_out
-        ax.plot([0, steps[-1]], [before, after], marker="s", linestyle="--", color="tab:red",
-                label=f"held-out accuracy ({mode}), before and after")
+        ax.plot(
+            [0, steps[-1]],
+            [before, after],
+            marker="s",
+            linestyle="--",
+            color="tab:red",
+            label=f"held-out accuracy ({mode}), before and after",
+        )
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("reward")
     ax.set_title(title)
@@ -71,7 +90,7 @@ def plot_rewards(records: list[dict[str, Any]], path: Path, title: str,
     return path
 
 
-def summarize(records: list[dict[str, Any]], outputs: dict[str, Optional[Path]], window: int = 3) -> str:
+def summarize(records: list[dict[str, Any]], outputs: dict[str, Path | None], window: int = 3) -> str:
     """The closing text: reward over the first and last steps, and where the outputs are."""
     rewards = [r["reward"] for r in records if r.get("reward") is not None]
     lines = [f"finished {len(records)} optimizer steps"]

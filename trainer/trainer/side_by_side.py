@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import BinaryIO, Optional, TextIO
+from typing import BinaryIO, TextIO
 
 CLOSING = "finished "  # summarize()'s first line: "finished N optimizer steps"
 
@@ -31,7 +31,7 @@ class Job:
     label: str
     argv: list[str]
     closing: list[str] = field(default_factory=list)
-    process: Optional[subprocess.Popen] = None
+    process: subprocess.Popen | None = None
 
 
 def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -42,8 +42,11 @@ def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout, err: TextIO = sy
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for job in jobs:
         job.process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    relays = [threading.Thread(target=_relay, args=(job, stream, target, lock), daemon=True)
-              for job in jobs for stream, target in ((job.process.stdout, out), (job.process.stderr, err))]
+    relays = [
+        threading.Thread(target=_relay, args=(job, stream, target, lock), daemon=True)
+        for job in jobs
+        for stream, target in ((job.process.stdout, out), (job.process.stderr, err))
+    ]
     for relay in relays:
         relay.start()
     previous = {sig: signal.signal(sig, lambda *_: _stop(jobs)) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -60,8 +63,12 @@ def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout, err: TextIO = sy
             print(f"[{job.label}] {line}", file=out)
     minutes, seconds = divmod(round(time.monotonic() - started), 60)
     failed = [job.label for job, code in zip(jobs, codes) if code]
-    print(f"{len(jobs)} jobs side by side in {minutes} min {seconds:02d} s"
-          + (f"; failed: {', '.join(failed)}" if failed else ""), file=out, flush=True)
+    print(
+        f"{len(jobs)} jobs side by side in {minutes} min {seconds:02d} s"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        file=out,
+        flush=True,
+    )
     return next((code for code in codes if code), 0)
 
 
@@ -89,9 +96,10 @@ def parse_job(text: str) -> Job:
     return Job(name, [sys.executable, "-m", "trainer", name, "--config", config])
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.side_by_side", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.side_by_side", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--job", dest="jobs", action="append", type=parse_job, required=True, metavar="JOB=CONFIG")
     return run_side_by_side(parser.parse_args(argv).jobs)
 

@@ -3,8 +3,9 @@ progress bar."""
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
@@ -18,13 +19,13 @@ class StepReporter(TrainerCallback):
     ``weight_version`` (optional) returns the inference server's weight version for the line.
     """
 
-    def __init__(self, metrics_path: Path, weight_version: Optional[Callable[[], Optional[str]]] = None) -> None:
+    def __init__(self, metrics_path: Path, weight_version: Callable[[], str | None] | None = None) -> None:
         self.metrics_path = metrics_path
         self.weight_version = weight_version
         self.records: list[dict[str, Any]] = []
-        self._bar: Optional[tqdm] = None
+        self._bar: tqdm | None = None
         self._last_time = time.monotonic()
-        self._last_tokens: Optional[float] = None
+        self._last_tokens: float | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,7 +33,7 @@ class StepReporter(TrainerCallback):
         self._bar = tqdm(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
         self._last_time = time.monotonic()
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         logs = logs or {}
         if "loss" not in logs and "reward" not in logs:
             return  # the end-of-training summary log, evaluation logs

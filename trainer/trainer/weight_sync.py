@@ -10,7 +10,7 @@ checks at the end of such a run that the weights reached the server.
 
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 from inference_client import WeightSyncClient, publish_checkpoint
@@ -23,9 +23,11 @@ PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 12 + 30 = 42."
 
 def server_prompt_logprobs(base_url: str, model: str, token_ids: list[int], timeout_s: float = 60.0) -> list[float]:
     """Logprob the server assigns to each prompt token after the first (vLLM ``prompt_logprobs``)."""
-    response = httpx.post(f"{base_url.rstrip('/')}/v1/completions", timeout=timeout_s,
-                          json={"model": model, "prompt": token_ids, "max_tokens": 1, "temperature": 0.0,
-                                "prompt_logprobs": 0})
+    response = httpx.post(
+        f"{base_url.rstrip('/')}/v1/completions",
+        timeout=timeout_s,
+        json={"model": model, "prompt": token_ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0},
+    )
     response.raise_for_status()
     positions = response.json()["choices"][0]["prompt_logprobs"]
     logprobs = []
@@ -56,24 +58,35 @@ def model_prompt_logprobs(model: Any, token_ids: list[int]) -> list[float]:
 class CheckpointWeightSync(TrainerCallback):
     """Publish + reload after every optimizer step (``weight_sync.mode: checkpoint``)."""
 
-    def __init__(self, inference_url: str, weights_dir: Path, server_weights_dir: str, probe_ids: Optional[list[int]],
-                 served_model: Optional[str] = None, timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        inference_url: str,
+        weights_dir: Path,
+        server_weights_dir: str,
+        probe_ids: list[int] | None,
+        served_model: str | None = None,
+        timeout_s: float = 300.0,
+    ) -> None:
         self.inference_url = inference_url
         self.weights_dir = weights_dir
         self.server_weights_dir = server_weights_dir.rstrip("/")
         self.probe_ids = probe_ids
         self.served_model = served_model
         self.client = WeightSyncClient(inference_url, timeout_s=timeout_s)
-        self.version: Optional[str] = None
-        self.max_logprob_gap: Optional[float] = None
+        self.version: str | None = None
+        self.max_logprob_gap: float | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.version = self.client.weight_version()
         if self.served_model is None:
             listing = httpx.get(f"{self.inference_url.rstrip('/')}/v1/models", timeout=30).json()
             self.served_model = listing["data"][0]["id"]
-        log.info("weight sync: checkpoint reload into %s (serving %s, weights %s)", self.inference_url,
-                 self.served_model, self.version)
+        log.info(
+            "weight sync: checkpoint reload into %s (serving %s, weights %s)",
+            self.inference_url,
+            self.served_model,
+            self.version,
+        )
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         version = f"step-{state.global_step}"
@@ -85,7 +98,7 @@ class CheckpointWeightSync(TrainerCallback):
             self.max_logprob_gap = max(abs(a - b) for a, b in zip(served, local))
             log.info("weights %s: max |server - trainer| prompt logprob gap %.2e", version, self.max_logprob_gap)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if logs is not None and self.max_logprob_gap is not None:
             logs["weight_sync/max_logprob_gap"] = self.max_logprob_gap
 
@@ -112,7 +125,7 @@ class ServerWeightsProbe(TrainerCallback):
         self.probe_ids = probe_ids
         self.tolerance = tolerance
         self.trainer: Any = None
-        self.result: Optional[dict[str, Any]] = None
+        self.result: dict[str, Any] | None = None
 
     def _gap(self, model: Any) -> float:
         served = server_prompt_logprobs(self.inference_url, self.served_model, self.probe_ids)
@@ -124,14 +137,23 @@ class ServerWeightsProbe(TrainerCallback):
         self.trainer.vllm_generation.sync_weights()
         after = self._gap(model)
         reached = after <= self.tolerance
-        self.result = {"gap_before_sync": before, "gap_after_sync": after, "tolerance": self.tolerance,
-                       "reached": reached}
+        self.result = {
+            "gap_before_sync": before,
+            "gap_after_sync": after,
+            "tolerance": self.tolerance,
+            "reached": reached,
+        }
         if not reached:
-            verdict = (f"MISMATCH: the server's logprobs do not follow the trainer's (tolerance {self.tolerance:g}; "
-                       "a float32 trainer against a bfloat16 server differs by ~0.1: see GPU_INFERENCE_DTYPE)")
+            verdict = (
+                f"MISMATCH: the server's logprobs do not follow the trainer's (tolerance {self.tolerance:g}; "
+                "a float32 trainer against a bfloat16 server differs by ~0.1: see GPU_INFERENCE_DTYPE)"
+            )
         elif before > self.tolerance:
             verdict = "weights reached vLLM (the final step had moved them by more than the tolerance)"
         else:
             verdict = "weights reached vLLM (the final step moved them by less than the tolerance)"
-        print(f"weight sync: probe prompt logprobs, max |vLLM - trainer| {before:.2e} before the final sync, "
-              f"{after:.2e} after: {verdict}", flush=True)
+        print(
+            f"weight sync: probe prompt logprobs, max |vLLM - trainer| {before:.2e} before the final sync, "
+            f"{after:.2e} after: {verdict}",
+            flush=True,
+        )

@@ -14,8 +14,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 request = json.loads(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(request["model"])
 prompt_ids = tokenizer.apply_chat_template(
-    request["messages"], tools=request.get("tools"), add_generation_prompt=True, tokenize=True,
-    return_dict=False, **request.get("chat_template_kwargs", {}),
+    request["messages"],
+    tools=request.get("tools"),
+    add_generation_prompt=True,
+    tokenize=True,
+    return_dict=False,
+    **request.get("chat_template_kwargs", {}),
 )
 if isinstance(prompt_ids, dict):
     prompt_ids = prompt_ids["input_ids"]

@@ -11,7 +11,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -41,8 +41,9 @@ def publish_checkpoint(model: SavesPretrained, root: Path, version: str, keep: i
     model.save_pretrained(str(staging), safe_serialization=True)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
-    published = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                       key=lambda p: p.stat().st_mtime)
+    published = sorted(
+        (p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.stat().st_mtime
+    )
     for old in published[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return target
@@ -51,7 +52,7 @@ def publish_checkpoint(model: SavesPretrained, root: Path, version: str, keep: i
 class WeightSyncClient:
     """Drives vLLM's dev-mode endpoints to load a checkpoint in place."""
 
-    def __init__(self, base_url: str, timeout_s: float = 120.0, transport: Optional[httpx.BaseTransport] = None) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 120.0, transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
@@ -90,8 +91,12 @@ class WeightSyncClient:
         started = time.monotonic()
         self._call("pause", "POST", "/pause", params={"mode": "wait"})
         try:
-            result = self._call("reload_weights", "POST", "/collective_rpc",
-                                json={"method": "reload_weights", "kwargs": {"weights_path": server_path}})
+            result = self._call(
+                "reload_weights",
+                "POST",
+                "/collective_rpc",
+                json={"method": "reload_weights", "kwargs": {"weights_path": server_path}},
+            )
             errors = [r for r in (result or {}).get("results", []) if r not in (None, {})]
             if errors:
                 raise WeightSyncError(f"reload_weights: workers reported {errors}")

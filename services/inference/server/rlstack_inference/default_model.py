@@ -66,15 +66,27 @@ def corpus(limit_bytes: int = CORPUS_BYTES) -> list[str]:
 
 def train_tokenizer(vocab_size: int = VOCAB_SIZE):
     """Byte-level BPE with Qwen2's normalizer, pre-tokenizer and decoder, wrapped for transformers."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE(byte_fallback=False))
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -195,8 +207,13 @@ def file_digests(out: Path) -> dict[str, str]:
     }
 
 
-def generate(out: Path, seed: int, scripted_tool_call: dict | None = None, tokenizer_from: Path | None = None,
-             choices: list[str] | None = None) -> dict:
+def generate(
+    out: Path,
+    seed: int,
+    scripted_tool_call: dict | None = None,
+    tokenizer_from: Path | None = None,
+    choices: list[str] | None = None,
+) -> dict:
     """Write tokenizer, config and weights to ``out``; returns the manifest.
 
     ``tokenizer_from`` reuses the tokenizer of an earlier output instead of training it again (the
@@ -241,8 +258,12 @@ def same_model(manifest_path: Path, seed: int, scripted_tool_call: dict | None, 
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
         return False
-    return (manifest.get("generator_version"), manifest.get("seed"), manifest.get("scripted_tool_call"),
-            manifest.get("choices")) == (GENERATOR_VERSION, seed, scripted_tool_call, choices)
+    return (
+        manifest.get("generator_version"),
+        manifest.get("seed"),
+        manifest.get("scripted_tool_call"),
+        manifest.get("choices"),
+    ) == (GENERATOR_VERSION, seed, scripted_tool_call, choices)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -250,21 +271,42 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
-    parser.add_argument("--tokenizer-from", type=Path, default=None, metavar="DIR",
-                        help="reuse the tokenizer of an earlier output instead of training it")
-    parser.add_argument("--if-missing", action="store_true",
-                        help="do nothing if --out already holds the model these arguments describe")
-    parser.add_argument("--scripted-tool-call", type=json.loads, default=None, metavar="JSON",
-                        help='test fixture: always call this tool, e.g. {"name": "bash", "arguments": {...}}')
-    parser.add_argument("--choices", type=lambda v: v.split(","), default=None, metavar="A,B,...",
-                        help="with --scripted-tool-call: sample one of these where the call says {choice}")
+    parser.add_argument(
+        "--tokenizer-from",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="reuse the tokenizer of an earlier output instead of training it",
+    )
+    parser.add_argument(
+        "--if-missing", action="store_true", help="do nothing if --out already holds the model these arguments describe"
+    )
+    parser.add_argument(
+        "--scripted-tool-call",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help='test fixture: always call this tool, e.g. {"name": "bash", "arguments": {...}}',
+    )
+    parser.add_argument(
+        "--choices",
+        type=lambda v: v.split(","),
+        default=None,
+        metavar="A,B,...",
+        help="with --scripted-tool-call: sample one of these where the call says {choice}",
+    )
     args = parser.parse_args(argv)
-    if args.if_missing and same_model(args.out / "rlstack_model.json", args.seed, args.scripted_tool_call, args.choices):
+    if args.if_missing and same_model(
+        args.out / "rlstack_model.json", args.seed, args.scripted_tool_call, args.choices
+    ):
         print(f"default_model: {args.out} already holds this model", flush=True)
         return
     manifest = generate(args.out, args.seed, args.scripted_tool_call, args.tokenizer_from, args.choices)
-    print(f"default_model: wrote {args.out} (vocab {manifest['vocab_size']}, "
-          f"{manifest['parameters']:,} parameters, seed {manifest['seed']})", flush=True)
+    print(
+        f"default_model: wrote {args.out} (vocab {manifest['vocab_size']}, "
+        f"{manifest['parameters']:,} parameters, seed {manifest['seed']})",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

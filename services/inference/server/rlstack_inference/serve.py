@@ -16,19 +16,30 @@ def vllm_command(env: dict[str, str]) -> list[str]:
     """The ``vllm serve`` argument list for this environment."""
     model = env.get("MODEL", "/models/default")
     command = [
-        "vllm", "serve", model,
-        "--host", "0.0.0.0",
-        "--port", str(PORT),
-        "--served-model-name", env.get("SERVED_MODEL_NAME") or model,
-        "--max-model-len", env.get("MAX_MODEL_LEN", "32768"),
-        "--dtype", env.get("DTYPE", "auto"),
+        "vllm",
+        "serve",
+        model,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(PORT),
+        "--served-model-name",
+        env.get("SERVED_MODEL_NAME") or model,
+        "--max-model-len",
+        env.get("MAX_MODEL_LEN", "32768"),
+        "--dtype",
+        env.get("DTYPE", "auto"),
         # Token-exact training data: ids instead of strings, logprobs after sampling processing.
         "--return-tokens-as-token-ids",
-        "--logprobs-mode", "processed_logprobs",
-        "--max-logprobs", env.get("MAX_LOGPROBS", "20"),
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--max-logprobs",
+        env.get("MAX_LOGPROBS", "20"),
         "--enable-auto-tool-choice",
-        "--tool-call-parser", "hermes",
-        "--generation-config", "vllm",
+        "--tool-call-parser",
+        "hermes",
+        "--generation-config",
+        "vllm",
     ]
     backend = env.get("WEIGHT_TRANSFER_BACKEND", "")
     if backend:
@@ -67,13 +78,18 @@ def main() -> None:
         sys.exit(f"inference: no model at {model}; the model-init service (or `make model`) creates it")
     bad = unwritable_caches(env)
     if bad:
-        sys.exit(f"inference: cache folders not writable by uid {os.getuid()}: {', '.join(bad)}; "
-                 "a volume mounted there must belong to this user (docker volume rm it to recreate it)")
+        sys.exit(
+            f"inference: cache folders not writable by uid {os.getuid()}: {', '.join(bad)}; "
+            "a volume mounted there must belong to this user (docker volume rm it to recreate it)"
+        )
     if env.get("VLLM_SERVER_DEV_MODE") != "1":
         sys.exit("inference: VLLM_SERVER_DEV_MODE=1 is required (weight reload and versioning endpoints)")
     command = vllm_command(env)
-    print(f"inference: serving {model} as '{command[command.index('--served-model-name') + 1]}' on "
-          f"http://0.0.0.0:{PORT} (OpenAI API under /v1, health at /health)", flush=True)
+    print(
+        f"inference: serving {model} as '{command[command.index('--served-model-name') + 1]}' on "
+        f"http://0.0.0.0:{PORT} (OpenAI API under /v1, health at /health)",
+        flush=True,
+    )
     print("inference: " + shlex.join(command), flush=True)
     os.execvp(command[0], command)
 

@@ -6,9 +6,15 @@ the client's dependencies, so the HTTP client and the harness sessions are loade
 
 from typing import Any
 
-_LAZY = {"OpenCodeEnvClient": "client", "OpenCodeEnvError": "client", "ServiceBusyError": "client",
-         "OpenCodeSession": "harness", "OpenCodeSessionFactory": "harness", "RolloutNotScorable": "harness",
-         "ReplicaPool": "replicas"}
+_LAZY = {
+    "OpenCodeEnvClient": "client",
+    "OpenCodeEnvError": "client",
+    "ServiceBusyError": "client",
+    "OpenCodeSession": "harness",
+    "OpenCodeSessionFactory": "harness",
+    "RolloutNotScorable": "harness",
+    "ReplicaPool": "replicas",
+}
 __all__ = list(_LAZY)
 
 

@@ -1,7 +1,8 @@
 """Synchronous HTTP client of the OpenCode environment's rollout API; answers are the typed models
 of ``opencode_env_client.models``."""
 
-from typing import Any, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
@@ -11,7 +12,7 @@ from .models import CreatedRollout, Health, RolloutRequest, RolloutSummary, Task
 class OpenCodeEnvError(RuntimeError):
     """The service answered with an error, or could not be reached; ``status`` is None when unreachable."""
 
-    def __init__(self, message: str, status: Optional[int] = None) -> None:
+    def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
 
@@ -26,8 +27,13 @@ class OpenCodeEnvClient:
     Every call has a timeout; waiting is done in server-side long polls of at most ``poll_s``.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0, poll_s: float = 30.0,
-                 transport: Optional[httpx.BaseTransport] = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float = 30.0,
+        poll_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.poll_s = poll_s
@@ -43,7 +49,7 @@ class OpenCodeEnvClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, timeout: Optional[float] = None, **kwargs: Any) -> httpx.Response:
+    def _request(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
         try:
             response = self._http.request(method, path, timeout=timeout or self.timeout_s, **kwargs)
         except httpx.HTTPError as exc:
@@ -58,16 +64,29 @@ class OpenCodeEnvClient:
             raise error(f"{method} {path} -> HTTP {response.status_code}: {message}", response.status_code)
         return response
 
-    def health(self, timeout_s: Optional[float] = None) -> Health:
+    def health(self, timeout_s: float | None = None) -> Health:
         """``GET /health``: status, rollout capacity and this replica's totals."""
         return Health.model_validate(self._request("GET", "/health", timeout=timeout_s).json())
 
-    def create_rollout(self, task: Union[Task, Mapping[str, Any]], *, sampling: Optional[dict[str, Any]] = None,
-                       model: Optional[str] = None, upstream_url: Optional[str] = None,
-                       upstream_api_key: Optional[str] = None, agent: str = "opencode") -> CreatedRollout:
+    def create_rollout(
+        self,
+        task: Task | Mapping[str, Any],
+        *,
+        sampling: dict[str, Any] | None = None,
+        model: str | None = None,
+        upstream_url: str | None = None,
+        upstream_api_key: str | None = None,
+        agent: str = "opencode",
+    ) -> CreatedRollout:
         """Start a rollout of ``task``; returns its id, API key and proxy URL (``ValidationError`` on a bad task)."""
-        request = RolloutRequest(task=Task.model_validate(task), agent=agent, sampling=sampling or {}, model=model,
-                                 upstream_url=upstream_url, upstream_api_key=upstream_api_key)
+        request = RolloutRequest(
+            task=Task.model_validate(task),
+            agent=agent,
+            sampling=sampling or {},
+            model=model,
+            upstream_url=upstream_url,
+            upstream_api_key=upstream_api_key,
+        )
         body = request.model_dump(exclude_none=True)
         return CreatedRollout.model_validate(self._request("POST", "/rollouts", json=body).json())
 
@@ -80,8 +99,11 @@ class OpenCodeEnvClient:
         remaining = timeout_s
         while True:
             poll = max(0.0, min(self.poll_s, remaining))
-            summary = RolloutSummary.model_validate(self._request(
-                "POST", f"/rollouts/{rollout_id}/wait", params={"timeout_s": poll}, timeout=poll + self.timeout_s).json())
+            summary = RolloutSummary.model_validate(
+                self._request(
+                    "POST", f"/rollouts/{rollout_id}/wait", params={"timeout_s": poll}, timeout=poll + self.timeout_s
+                ).json()
+            )
             remaining -= poll
             if summary.final or remaining <= 0:
                 return summary
@@ -96,7 +118,9 @@ class OpenCodeEnvClient:
 
     def verify(self, rollout_id: str, timeout_s: float = 600.0) -> Verification:
         """Run the held-out tests: ``reward`` (None for infrastructure failures), ``passed``, ``total``, ``results``."""
-        return Verification.model_validate(self._request("POST", f"/rollouts/{rollout_id}/verify", timeout=timeout_s).json())
+        return Verification.model_validate(
+            self._request("POST", f"/rollouts/{rollout_id}/verify", timeout=timeout_s).json()
+        )
 
     def files(self, rollout_id: str) -> dict[str, str]:
         """Text of the rollout's work dir files (bounded)."""

@@ -9,7 +9,8 @@ the process that uses it.
 """
 
 import logging
-from typing import Any, Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
 
@@ -51,16 +52,17 @@ class OpenCodeSession(ResourceSession):
         self.rollout_id = created.rollout_id
         self.task_id = created.task_id
         self.wait_timeout_s = wait_timeout_s
-        self.summary: Optional[RolloutSummary] = None  # once waited for
+        self.summary: RolloutSummary | None = None  # once waited for
         self._closed = False
 
     # The loop-owning protocol (openenv.core.harness.TrainableSession).
-    def wait_for_completion(self, timeout_s: Optional[float] = None) -> int:
+    def wait_for_completion(self, timeout_s: float | None = None) -> int:
         """Wait until the agent finished; raises ``TimeoutError`` if it is still running after the timeout."""
         self.summary = self.client.wait(self.rollout_id, timeout_s or self.wait_timeout_s)
         if not self.summary.final:
-            raise TimeoutError(f"rollout {self.rollout_id} still {self.summary.status} "
-                               f"after {timeout_s or self.wait_timeout_s:g}s")
+            raise TimeoutError(
+                f"rollout {self.rollout_id} still {self.summary.status} after {timeout_s or self.wait_timeout_s:g}s"
+            )
         return self.summary.agent_exit_code or 0
 
     def fetch_training_trace(self) -> TrainingTrace:
@@ -85,12 +87,18 @@ class OpenCodeSession(ResourceSession):
         verification = self.client.verify(self.rollout_id)
         if verification.reward is None:
             raise RolloutNotScorable(f"rollout {self.rollout_id}: {verification.reason or 'no reward'}")
-        metrics = {"tests_passed": verification.passed, "tests_total": verification.total,
-                   "turns": self.summary.turns if self.summary else None,
-                   "status": self.summary.status if self.summary else None}
-        return VerifyResult(env_reward=verification.reward, done=True, metrics=metrics,
-                            artifacts={"rollout_id": self.rollout_id,
-                                       "results": [r.model_dump() for r in verification.results]})
+        metrics = {
+            "tests_passed": verification.passed,
+            "tests_total": verification.total,
+            "turns": self.summary.turns if self.summary else None,
+            "status": self.summary.status if self.summary else None,
+        }
+        return VerifyResult(
+            env_reward=verification.reward,
+            done=True,
+            metrics=metrics,
+            artifacts={"rollout_id": self.rollout_id, "results": [r.model_dump() for r in verification.results]},
+        )
 
     def close(self) -> None:
         """Stop the rollout and free its slot (idempotent)."""
@@ -113,9 +121,15 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
     most free slots and its session keeps every later call on that replica (``ReplicaPool``).
     """
 
-    def __init__(self, base_url: str, tasks: Sequence[Union[Task, Mapping[str, Any]]],
-                 sampling: Optional[dict[str, Any]] = None, model: Optional[str] = None,
-                 wait_timeout_s: float = 900.0, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        tasks: Sequence[Task | Mapping[str, Any]],
+        sampling: dict[str, Any] | None = None,
+        model: str | None = None,
+        wait_timeout_s: float = 900.0,
+        request_timeout_s: float = 30.0,
+    ) -> None:
         self.base_url = base_url
         validated = [Task.model_validate(t) for t in tasks]
         self.tasks = {t.instruction: t for t in validated}
@@ -125,7 +139,7 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
         self.model = model
         self.wait_timeout_s = wait_timeout_s
         self.request_timeout_s = request_timeout_s
-        self._replicas: Optional[ReplicaPool] = None
+        self._replicas: ReplicaPool | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_replicas": None}
@@ -148,11 +162,18 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
             raise KeyError(f"no task with the instruction {instruction[:80]!r}...; the factory knows {len(self.tasks)}")
         return self.tasks[instruction]
 
-    def create(self, task: Any, seed: Optional[int] = None, episode_id: Optional[str] = None) -> OpenCodeSession:
+    def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> OpenCodeSession:
         """Start a rollout of the task; the seed and episode id only label it (the task is fixed)."""
         spec = self.task_for(task)
         client, created = self.replicas.start(
-            lambda replica: replica.create_rollout(spec, sampling=self.sampling, model=self.model))
-        log.debug("rollout %s started on %s for task %s (group seed %s, episode %s)",
-                  created.rollout_id, client.base_url, spec.task_id, seed, episode_id)
+            lambda replica: replica.create_rollout(spec, sampling=self.sampling, model=self.model)
+        )
+        log.debug(
+            "rollout %s started on %s for task %s (group seed %s, episode %s)",
+            created.rollout_id,
+            client.base_url,
+            spec.task_id,
+            seed,
+            episode_id,
+        )
         return OpenCodeSession(client, created, self.wait_timeout_s)

@@ -13,16 +13,23 @@ Pure pydantic and dataclasses: the server imports this module without the client
 import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # --- rollout statuses -----------------------------------------------------------------------
 PENDING, RUNNING = "pending", "running"
 COMPLETED, STOPPED, TIMED_OUT, LIMIT_EXCEEDED, INFRA_FAILURE, SETUP_FAILED = (
-    "completed", "stopped", "timed_out", "limit_exceeded", "infra_failure", "setup_failed")
-Status = Literal["pending", "running", "completed", "stopped", "timed_out", "limit_exceeded", "infra_failure",
-                 "setup_failed"]
+    "completed",
+    "stopped",
+    "timed_out",
+    "limit_exceeded",
+    "infra_failure",
+    "setup_failed",
+)
+Status = Literal[
+    "pending", "running", "completed", "stopped", "timed_out", "limit_exceeded", "infra_failure", "setup_failed"
+]
 FINAL = frozenset({COMPLETED, STOPPED, TIMED_OUT, LIMIT_EXCEEDED, INFRA_FAILURE, SETUP_FAILED})
 UNSCORED = frozenset({INFRA_FAILURE, SETUP_FAILED})  # no reward: the policy did not get to act
 MAX_TURNS, MAX_COMPLETION_TOKENS, MAX_TOKENS_PER_TURN = 1000, 1_000_000, 131072  # bounds of ``Limits``
@@ -47,7 +54,9 @@ class Limits(_Request):
     max_processes: int = Field(256, ge=8, le=4096, description="processes and threads of the rollout's uid")
     disk_mb: int = Field(256, ge=1, le=65536, description="size of the work dir; also the largest single file")
     max_turns: int = Field(16, ge=1, le=MAX_TURNS, description="model calls through the proxy")
-    max_completion_tokens: int = Field(8192, ge=1, le=MAX_COMPLETION_TOKENS, description="completion tokens over all turns")
+    max_completion_tokens: int = Field(
+        8192, ge=1, le=MAX_COMPLETION_TOKENS, description="completion tokens over all turns"
+    )
     max_tokens_per_turn: int = Field(1024, ge=1, le=MAX_TOKENS_PER_TURN, description="cap on each call's max_tokens")
 
 
@@ -69,7 +78,7 @@ class TestCase(_Request):
 MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255
 
 
-def file_name_problem(name: str) -> Optional[str]:
+def file_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a task file's path in the work dir (None if it can): it must be a
     normalised relative path ("a/b.py", not "./a", "a/", "a//b" or "."), stay inside the work dir,
     hold no NUL byte, and fit the file system's bounds."""
@@ -118,15 +127,20 @@ class RolloutRequest(_Request):
 
     task: Task
     agent: Literal["opencode", "external"] = Field(
-        "opencode", description="'external': no agent is started; an agent elsewhere calls the proxy with the key")
-    upstream_url: Optional[str] = Field(None, description="OpenAI-compatible base URL; default: the stack's inference")
-    upstream_api_key: Optional[str] = Field(
-        None, description="bearer token sent to upstream_url; kept in the service, never in a sandbox, trace or log")
-    model: Optional[str] = Field(None, description="upstream model name; default: the inference server's")
+        "opencode", description="'external': no agent is started; an agent elsewhere calls the proxy with the key"
+    )
+    upstream_url: str | None = Field(None, description="OpenAI-compatible base URL; default: the stack's inference")
+    upstream_api_key: str | None = Field(
+        None, description="bearer token sent to upstream_url; kept in the service, never in a sandbox, trace or log"
+    )
+    model: str | None = Field(None, description="upstream model name; default: the inference server's")
     sampling: dict[str, Any] = Field(default_factory=dict, description="sampling fields forced on every call")
-    record_turns: bool = Field(True, description="False: relay calls as they are (no logprobs or token ids forced, "
-                                                 "no turns recorded); the turn and token limits still hold")
-    top_logprobs: Optional[int] = Field(None, ge=0, le=20, description="top-k logprobs asked of the engine per token")
+    record_turns: bool = Field(
+        True,
+        description="False: relay calls as they are (no logprobs or token ids forced, "
+        "no turns recorded); the turn and token limits still hold",
+    )
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="top-k logprobs asked of the engine per token")
 
 
 class CreatedRollout(_Reply):
@@ -144,7 +158,7 @@ class CommandOutcome(_Reply):
     """A command run in the sandbox (a setup command)."""
 
     command: str
-    exit_code: Optional[int]  # None: killed at its timeout
+    exit_code: int | None  # None: killed at its timeout
     stdout: str
     stderr: str
     duration_s: float
@@ -156,23 +170,23 @@ class CheckResult(_Reply):
 
     kind: Literal["test", "command"]
     passed: bool
-    exit_code: Optional[int]
+    exit_code: int | None
     timed_out: bool
     stdout: str
     stderr: str
-    index: Optional[int] = None  # tests: position in ``Task.tests``
-    command: Optional[str] = None  # verify commands
+    index: int | None = None  # tests: position in ``Task.tests``
+    command: str | None = None  # verify commands
     duration_s: float = 0.0
 
 
 class Verification(_Reply):
     """``POST /rollouts/{id}/verify``: reward = fraction of checks passed; None when not scorable."""
 
-    reward: Optional[float]
+    reward: float | None
     passed: int
     total: int
     results: list[CheckResult]
-    reason: Optional[str] = None  # why there is no reward
+    reason: str | None = None  # why there is no reward
 
 
 class RolloutSummary(_Reply):
@@ -182,18 +196,18 @@ class RolloutSummary(_Reply):
     task_id: str = ""
     status: Status
     final: bool
-    detail: Optional[str] = None
+    detail: str | None = None
     agent: Literal["opencode", "external"] = "opencode"
     model: str = ""
     upstream_url: str = ""
     turns: int = 0
     completion_tokens: int = 0
-    agent_exit_code: Optional[int] = None
+    agent_exit_code: int | None = None
     agent_prestarted: bool = False
     created_at: float
-    first_call_at: Optional[float] = None
-    finished_at: Optional[float] = None
-    reward: Optional[float] = None
+    first_call_at: float | None = None
+    finished_at: float | None = None
+    reward: float | None = None
     infra_failure: bool = False
     setup_results: list[CommandOutcome] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
@@ -230,14 +244,14 @@ class Turn:
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
     per_token_logps: list[float]
-    finish_reason: Optional[str]
+    finish_reason: str | None
     latency_s: float
-    weight_version: Optional[str]
+    weight_version: str | None
     stream: bool
     trainable: bool  # False for calls without tools (title, summary, compaction)
-    prefix_consistent: Optional[bool] = None  # None on the first turn
+    prefix_consistent: bool | None = None  # None on the first turn
     upstream_status: int = 200
-    upstream_error: Optional[str] = None
+    upstream_error: str | None = None
     timestamp: float = field(default_factory=time.time)
     completion_tokens: list[str] = field(default_factory=list)  # the sampled tokens' text, one per id
 
@@ -254,20 +268,28 @@ Endpoint = Literal["", "vllm", "openai", "hf_router"]
 class RunRolloutArguments(_Request):
     """Arguments of the ``run_rollout`` tool, as upstream's ``OpenCodeEnv.run_rollout`` sends them."""
 
-    endpoint: Endpoint = Field("", description="'vllm': the stack's inference service; 'openai' / 'hf_router': "
-                               "that provider (base URL, key and model from the arguments or the server's settings)")
+    endpoint: Endpoint = Field(
+        "",
+        description="'vllm': the stack's inference service; 'openai' / 'hf_router': "
+        "that provider (base URL, key and model from the arguments or the server's settings)",
+    )
     base_url: str = Field("", description="OpenAI-compatible base URL ending in /v1; empty: the stack's inference")
-    api_key: str = Field("", description="bearer token for an external base_url; sent upstream by the service, "
-                                         "never written into the sandbox, a trace or a log")
+    api_key: str = Field(
+        "",
+        description="bearer token for an external base_url; sent upstream by the service, "
+        "never written into the sandbox, a trace or a log",
+    )
     model: str = Field("", description="model id at the endpoint; empty: its default")
     instruction: str = Field(min_length=1, max_length=200_000, description="the prompt given to opencode")
-    setup: Optional[list[str]] = Field(None, description="bash commands run in the sandbox before the agent")
-    verify: Optional[list[str]] = Field(None, description="bash commands run after the agent; reward = passed/total")
+    setup: list[str] | None = Field(None, description="bash commands run in the sandbox before the agent")
+    verify: list[str] | None = Field(None, description="bash commands run after the agent; reward = passed/total")
     task_id: str = Field("", description="echoed back in the result")
     mode: Literal["transparent_proxy", "black_box"] = Field(
-        "transparent_proxy", description="'black_box': relay the model calls without recording turns")
-    disable_thinking: Optional[bool] = Field(
-        None, description="send chat_template_kwargs.enable_thinking=false; default: on for 'vllm', off otherwise")
+        "transparent_proxy", description="'black_box': relay the model calls without recording turns"
+    )
+    disable_thinking: bool | None = Field(
+        None, description="send chat_template_kwargs.enable_thinking=false; default: on for 'vllm', off otherwise"
+    )
     max_tokens_cap: int = Field(4096, description="clamp on each call's max_tokens; <= 0: no clamp")
     top_logprobs: int = Field(5, ge=0, le=20, description="top-k logprobs asked of the engine")
     agent_timeout_s: float = Field(600.0, gt=0, le=3600, description="wall-clock budget of the agent run")
@@ -278,21 +300,21 @@ class RolloutTurn(_Reply):
     """One intercepted LLM turn (upstream's ``RolloutTurn``)."""
 
     turn: int
-    finish_reason: Optional[str] = None
+    finish_reason: str | None = None
     completion_tokens: list[str] = Field(default_factory=list)
     completion_token_ids: list[int] = Field(default_factory=list)
     per_token_logps: list[float] = Field(default_factory=list)
     latency_s: float = 0.0
     timestamp: float = 0.0
-    upstream_status: Optional[int] = None
-    upstream_error: Optional[dict[str, Any]] = None
+    upstream_status: int | None = None
+    upstream_error: dict[str, Any] | None = None
 
 
 class CommandResult(_Reply):
     """One setup or verify command (upstream's ``CommandResult``)."""
 
     cmd: str
-    exit_code: Optional[int] = None
+    exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
     duration_s: float = 0.0
@@ -303,8 +325,8 @@ class RolloutResult(_Reply):
 
     task_id: str = ""
     sandbox_id: str = ""
-    reward: Optional[float] = None
-    agent_exit_code: Optional[int] = None
+    reward: float | None = None
+    agent_exit_code: int | None = None
     wall_s: float = 0.0
     mode: str = "black_box"
     setup_results: list[CommandResult] = Field(default_factory=list)
@@ -314,15 +336,15 @@ class RolloutResult(_Reply):
     files_extra: list[str] = Field(default_factory=list)
     agent_log_tail: str = ""
     proxy_log_tail: str = ""
-    error: Optional[str] = None
+    error: str | None = None
 
 
 class OpenCodeState(_Reply):
     """State of one OpenEnv session (upstream's ``OpenCodeState``)."""
 
-    episode_id: Optional[str] = None
+    episode_id: str | None = None
     step_count: int = 0
     rollouts_completed: int = 0
-    last_reward: Optional[float] = None
-    last_task_id: Optional[str] = None
-    last_sandbox_id: Optional[str] = None
+    last_reward: float | None = None
+    last_task_id: str | None = None
+    last_sandbox_id: str | None = None

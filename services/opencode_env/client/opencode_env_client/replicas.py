@@ -14,7 +14,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -43,9 +43,17 @@ class ReplicaPool:
     answer is skipped. With a single address (Compose, a published port, an IP) it is one client.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0, poll_s: float = 30.0, health_timeout_s: float = 5.0,
-                 refresh_s: float = 5.0, retry_s: float = 15.0, resolve: Resolver = resolve_ipv4,
-                 transport: Optional[httpx.BaseTransport] = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float = 30.0,
+        poll_s: float = 30.0,
+        health_timeout_s: float = 5.0,
+        refresh_s: float = 5.0,
+        retry_s: float = 15.0,
+        resolve: Resolver = resolve_ipv4,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         parts = urlsplit(base_url.rstrip("/"))
         if not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -82,8 +90,9 @@ class ReplicaPool:
         with self._lock:
             if address not in self._clients:
                 url = self.base_url if address == self._parts.hostname else self._url_for(address)
-                self._clients[address] = OpenCodeEnvClient(url, timeout_s=self.timeout_s, poll_s=self.poll_s,
-                                                           transport=self._transport)
+                self._clients[address] = OpenCodeEnvClient(
+                    url, timeout_s=self.timeout_s, poll_s=self.poll_s, transport=self._transport
+                )
             return self._clients[address]
 
     def health(self) -> dict[str, Health]:
@@ -100,8 +109,9 @@ class ReplicaPool:
         return healthy
 
     def _mark_down(self, address: str, error: Exception) -> None:
-        log.warning("opencode-env replica %s does not answer (%s); skipping it for %.0f s", address, error,
-                    self.retry_s)
+        log.warning(
+            "opencode-env replica %s does not answer (%s); skipping it for %.0f s", address, error, self.retry_s
+        )
         self._down_until[address] = time.monotonic() + self.retry_s
 
     def ranked(self) -> list[str]:
@@ -113,8 +123,13 @@ class ReplicaPool:
             raise OpenCodeEnvError(f"no replica of {self.base_url} answers (addresses: {self.addresses()})")
         with self._lock:
             starting = dict(self._starting)
-        return sorted(healthy, key=lambda a: (-(healthy[a].free_rollouts - starting.get(a, 0)),
-                                              healthy[a].rollouts_total + starting.get(a, 0)))
+        return sorted(
+            healthy,
+            key=lambda a: (
+                -(healthy[a].free_rollouts - starting.get(a, 0)),
+                healthy[a].rollouts_total + starting.get(a, 0),
+            ),
+        )
 
     def start(self, create: Callable[[OpenCodeEnvClient], object]) -> tuple[OpenCodeEnvClient, object]:
         """Run ``create(client)`` on the best replica, the next ones when a replica is full or fails;

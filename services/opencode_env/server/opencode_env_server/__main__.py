@@ -41,9 +41,16 @@ def main() -> None:
     sockets += [listen("127.0.0.1", settings.sandbox_proxy_port(seat)) for seat in range(settings.seats)]
     # The stdlib event loop, not uvloop: its subprocesses close every descriptor but stdio
     # (close_fds); uvloop's keep inheritable ones, such as duplicates of their pipes, open in sandboxes.
-    config = uvicorn.Config(create_app(settings), loop="asyncio", http=header_deadline(settings.header_timeout_s),
-                            log_level="info", access_log=False, ws="websockets-sansio", ws_per_message_deflate=False,
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        create_app(settings),
+        loop="asyncio",
+        http=header_deadline(settings.header_timeout_s),
+        log_level="info",
+        access_log=False,
+        ws="websockets-sansio",
+        ws_per_message_deflate=False,
+        timeout_graceful_shutdown=5,
+    )
     limit = RateLimit()  # the service's and uvicorn's own handlers (uvicorn configured its loggers above)
     for name in ("", "uvicorn", "uvicorn.error"):
         for handler in logging.getLogger(name).handlers:

@@ -10,7 +10,8 @@ its creation in well under a second; see ``RolloutManager``.
 import asyncio
 import secrets
 import time
-from typing import Any, AsyncIterator, BinaryIO, Optional
+from collections.abc import AsyncIterator
+from typing import Any, BinaryIO
 
 import aiohttp
 import orjson
@@ -39,7 +40,7 @@ class AgentServer:
         self.password = secrets.token_urlsafe(18)
         self.auth = aiohttp.BasicAuth("opencode", self.password)
         self.base = f"http://127.0.0.1:{port}"
-        self.process: Optional[asyncio.subprocess.Process] = None
+        self.process: asyncio.subprocess.Process | None = None
 
     @property
     def alive(self) -> bool:
@@ -55,8 +56,9 @@ class AgentServer:
             if any(uid != self.sandbox.uid for uid, _ in held) or time.monotonic() > deadline:
                 raise AgentFailed(f"port {self.port} is held by another socket: (uid, inode) {held}")
             await asyncio.sleep(0.05)
-        self.process = await self.sandbox.spawn(opencode.serve_command(self.binary, self.port), env,
-                                                log_file, asyncio.subprocess.STDOUT)
+        self.process = await self.sandbox.spawn(
+            opencode.serve_command(self.binary, self.port), env, log_file, asyncio.subprocess.STDOUT
+        )
         while time.monotonic() < deadline:
             if not self.alive:
                 raise AgentFailed(f"opencode serve exited with {self.process.returncode} while starting")
@@ -65,11 +67,12 @@ class AgentServer:
                 continue
             self.check_listener()
             try:
-                async with self.http.get(f"{self.base}/global/health", auth=self.auth,
-                                         timeout=aiohttp.ClientTimeout(total=2)) as r:
+                async with self.http.get(
+                    f"{self.base}/global/health", auth=self.auth, timeout=aiohttp.ClientTimeout(total=2)
+                ) as r:
                     if r.status == 200:
                         return
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass
             await asyncio.sleep(0.05)
         raise AgentFailed(f"opencode serve did not answer within {timeout_s:g}s")
@@ -82,8 +85,10 @@ class AgentServer:
         ours = usage.socket_inodes_of_group(self.process.pid, self.sandbox.uid)
         foreign = [(uid, inode) for uid, inode in found if uid != self.sandbox.uid or inode not in ours]
         if not found or foreign:
-            raise AgentFailed(f"port {self.port} is not served by this seat's OpenCode server "
-                              f"(listeners: {found or 'none'}; foreign: {foreign})")
+            raise AgentFailed(
+                f"port {self.port} is not served by this seat's OpenCode server "
+                f"(listeners: {found or 'none'}; foreign: {foreign})"
+            )
 
     async def warm_up(self, timeout_s: float = 60.0) -> None:
         """Run one throwaway session to its end and delete it.
@@ -93,7 +98,7 @@ class AgentServer:
         """
         await asyncio.wait_for(self.run_session(WARM_UP_PROMPT, None, delete=True), timeout_s)
 
-    async def run_session(self, instruction: str, events_log: Optional[BinaryIO], delete: bool = False) -> int:
+    async def run_session(self, instruction: str, events_log: BinaryIO | None, delete: bool = False) -> int:
         """Prompt a new session and follow it until idle; 0 if it ended without an error, else 1.
 
         Every event but the token-by-token deltas goes to ``events_log`` as one JSON line. Permission
@@ -107,8 +112,9 @@ class AgentServer:
             async with self.http.get(f"{self.base}/event", auth=self.auth, timeout=timeout) as stream:
                 if stream.status != 200:
                     raise AgentFailed(f"event stream answered {stream.status}")
-                await self._call("POST", f"/session/{session['id']}/prompt_async",
-                                 {"parts": [{"type": "text", "text": instruction}]})
+                await self._call(
+                    "POST", f"/session/{session['id']}/prompt_async", {"parts": [{"type": "text", "text": instruction}]}
+                )
                 async for event, raw in _events(stream):
                     kind, props = event.get("type"), event.get("properties") or {}
                     if kind == "message.part.delta" or props.get("sessionID", session["id"]) != session["id"]:
@@ -117,30 +123,38 @@ class AgentServer:
                         events_log.write(raw + b"\n")
                         events_log.flush()
                     if kind == "permission.asked":
-                        await self._call("POST", f"/permission/{props['id']}/reply",
-                                         {"reply": "reject", "message": "non-interactive rollout"})
+                        await self._call(
+                            "POST",
+                            f"/permission/{props['id']}/reply",
+                            {"reply": "reject", "message": "non-interactive rollout"},
+                        )
                     elif kind == "session.error":
                         failed = True
                     elif kind == "session.idle":
                         break
                 else:
                     raise AgentFailed(f"opencode serve closed its event stream (exit code {self.process.returncode})")
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise AgentFailed(f"opencode serve stopped answering: {type(exc).__name__}: {exc}") from None
         if delete:
             await self._call("DELETE", f"/session/{session['id']}")
         return 1 if failed else 0
 
-    async def _call(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> Any:
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
-            async with self.http.request(method, self.base + path, auth=self.auth, timeout=API_TIMEOUT,
-                                         data=None if body is None else orjson.dumps(body),
-                                         headers={"content-type": "application/json"}) as response:
+            async with self.http.request(
+                method,
+                self.base + path,
+                auth=self.auth,
+                timeout=API_TIMEOUT,
+                data=None if body is None else orjson.dumps(body),
+                headers={"content-type": "application/json"},
+            ) as response:
                 text = await response.read()
                 if response.status >= 400:
                     raise AgentFailed(f"{method} {path} answered {response.status}: {text[:300]!r}")
                 return orjson.loads(text) if text else None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise AgentFailed(f"{method} {path}: {type(exc).__name__}: {exc}") from None
 
 

@@ -3,7 +3,7 @@
 import asyncio
 import contextlib
 import logging
-from typing import AsyncIterator, Optional
+from collections.abc import AsyncIterator
 
 import aiohttp
 from fastapi import FastAPI, HTTPException, Request
@@ -26,7 +26,7 @@ from .trace import TraceStore
 log = logging.getLogger("opencode_env_server")
 
 
-def create_app(settings: Optional[Settings] = None) -> ProxyFastPath:
+def create_app(settings: Settings | None = None) -> ProxyFastPath:
     """Build the service; sandbox network rules are applied at start-up."""
     settings = settings or Settings.from_env()
     store = TraceStore(settings.traces_dir)
@@ -37,9 +37,13 @@ def create_app(settings: Optional[Settings] = None) -> ProxyFastPath:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.network_isolation:
-            apply_network_rules([SeatPorts(settings.seat_uid(i), settings.sandbox_proxy_port(i),
-                                           settings.agent_port_base + i) for i in range(manager.seats)],
-                                [settings.verifier_uid(i) for i in range(manager.seats)])
+            apply_network_rules(
+                [
+                    SeatPorts(settings.seat_uid(i), settings.sandbox_proxy_port(i), settings.agent_port_base + i)
+                    for i in range(manager.seats)
+                ],
+                [settings.verifier_uid(i) for i in range(manager.seats)],
+            )
             # Only in isolation mode, which assumes the service's own container: on a shared host
             # (benchmarks, debugging) /tmp and friends stay as they are.
             if closed := close_shared_dirs():
@@ -47,8 +51,11 @@ def create_app(settings: Optional[Settings] = None) -> ProxyFastPath:
         else:
             log.warning("SANDBOX_NETWORK_ISOLATION=off: agents can reach any address and shared temp dirs")
         if not landlock.AVAILABLE:
-            log.warning("this kernel has no Landlock ABI %d (Linux 6.12): sandboxes of different rollouts can reach "
-                        "each other's abstract Unix sockets and a rollout's checks", landlock.SCOPED_ABI)
+            log.warning(
+                "this kernel has no Landlock ABI %d (Linux 6.12): sandboxes of different rollouts can reach "
+                "each other's abstract Unix sockets and a rollout's checks",
+                landlock.SCOPED_ABI,
+            )
         await manager.recover()
         connector = aiohttp.TCPConnector(limit=512, limit_per_host=0, keepalive_timeout=60)
         timeout = aiohttp.ClientTimeout(total=settings.upstream_timeout_s, connect=10.0)
@@ -57,13 +64,20 @@ def create_app(settings: Optional[Settings] = None) -> ProxyFastPath:
             manager.start(http)
             reaper = asyncio.create_task(sessions.run_reaper())
             rollout_reaper = asyncio.create_task(manager.run_reaper())
-            log.info("opencode env ready: http://0.0.0.0:%d (API /rollouts, OpenEnv /mcp and /ws, proxy "
-                     "/v1/chat/completions); sandbox proxy ports 127.0.0.1:%d-%d; inference %s; %d rollout slots, "
-                     "%d sandbox seats (OpenCode pre-started: %s), %d OpenEnv sessions; network isolation %s",
-                     settings.port, settings.sandbox_proxy_port(0), settings.sandbox_proxy_port(manager.seats - 1),
-                     settings.inference_url, settings.max_concurrent_rollouts, manager.seats,
-                     "yes" if settings.agent_prewarm else "no", settings.max_sessions,
-                     "on" if settings.network_isolation else "OFF")
+            log.info(
+                "opencode env ready: http://0.0.0.0:%d (API /rollouts, OpenEnv /mcp and /ws, proxy "
+                "/v1/chat/completions); sandbox proxy ports 127.0.0.1:%d-%d; inference %s; %d rollout slots, "
+                "%d sandbox seats (OpenCode pre-started: %s), %d OpenEnv sessions; network isolation %s",
+                settings.port,
+                settings.sandbox_proxy_port(0),
+                settings.sandbox_proxy_port(manager.seats - 1),
+                settings.inference_url,
+                settings.max_concurrent_rollouts,
+                manager.seats,
+                "yes" if settings.agent_prewarm else "no",
+                settings.max_sessions,
+                "on" if settings.network_isolation else "OFF",
+            )
             try:
                 yield
             finally:

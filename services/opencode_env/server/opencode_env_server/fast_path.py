@@ -1,6 +1,6 @@
 """ASGI entry point: the proxy route on raw ASGI, everything else to the FastAPI app."""
 
-from typing import Any, Optional
+from typing import Any
 
 import orjson
 from fastapi import FastAPI
@@ -43,14 +43,18 @@ class ProxyFastPath:
     async def bounded_api(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
         """An API request whose body has been read within ``API_MAX_BODY_BYTES`` and the idle timeout."""
         try:
-            body = await read_body(receive, dict(scope["headers"]).get(b"content-length"),
-                                   self.settings.api_max_body_bytes, self.settings.idle_timeout_s)
+            body = await read_body(
+                receive,
+                dict(scope["headers"]).get(b"content-length"),
+                self.settings.api_max_body_bytes,
+                self.settings.idle_timeout_s,
+            )
         except BodyRefused as exc:
             return await send_body(send, exc.status, orjson.dumps({"detail": {"message": exc.message}}))
         if body is not None:
             await self.api(scope, replay(body, receive), send)
 
-    async def chat_completions(self, scope: dict[str, Any], receive: Any, send: Send, seat: Optional[int]) -> None:
+    async def chat_completions(self, scope: dict[str, Any], receive: Any, send: Send, seat: int | None) -> None:
         """Authenticate by the rollout's API key (before reading the body), read the body within
         its bound, validate it, relay it."""
         if scope["method"] != "POST":
@@ -61,11 +65,13 @@ class ProxyFastPath:
         key = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
         rollout, warming = manager.caller(key, seat)
         if rollout is None and not warming:
-            return await send_error(send, 401, "unknown API key: each rollout's key is returned by POST /rollouts",
-                                    "authentication_error")
+            return await send_error(
+                send, 401, "unknown API key: each rollout's key is returned by POST /rollouts", "authentication_error"
+            )
         try:
-            body = await read_body(receive, headers.get(b"content-length"), self.settings.max_body_bytes,
-                                   self.settings.idle_timeout_s)
+            body = await read_body(
+                receive, headers.get(b"content-length"), self.settings.max_body_bytes, self.settings.idle_timeout_s
+            )
         except BodyRefused as exc:
             return await send_error(send, exc.status, f"{exc.message} (PROXY_MAX_BODY_BYTES)")
         if body is None:

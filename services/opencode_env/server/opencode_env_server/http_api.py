@@ -57,12 +57,21 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
 
     @router.get("/health")
     async def health() -> Response:
-        return json_response(Health(status="healthy", active_rollouts=manager.active,
-                            max_rollouts=settings.max_concurrent_rollouts, seats=manager.seats,
-                            warm_agents=manager.warm_agents, sessions=sessions.active, max_sessions=sessions.max_sessions,
-                            inference_url=settings.inference_url,
-                            network_isolation=settings.network_isolation, replica=REPLICA,
-                            rollouts_total=manager.started_total).model_dump())
+        return json_response(
+            Health(
+                status="healthy",
+                active_rollouts=manager.active,
+                max_rollouts=settings.max_concurrent_rollouts,
+                seats=manager.seats,
+                warm_agents=manager.warm_agents,
+                sessions=sessions.active,
+                max_sessions=sessions.max_sessions,
+                inference_url=settings.inference_url,
+                network_isolation=settings.network_isolation,
+                replica=REPLICA,
+                rollouts_total=manager.started_total,
+            ).model_dump()
+        )
 
     @router.get("/schema")
     async def schema() -> Response:
@@ -72,8 +81,14 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
     async def create(request: RolloutRequest, http_request: Request) -> Response:
         rollout = await service.start(request)
         host = http_request.headers.get("host", f"127.0.0.1:{settings.port}")
-        created = CreatedRollout(rollout_id=rollout.id, task_id=rollout.task.task_id, api_key=rollout.key,
-                                 status=rollout.status, proxy_base_url=f"http://{host}/v1", model=rollout.model)
+        created = CreatedRollout(
+            rollout_id=rollout.id,
+            task_id=rollout.task.task_id,
+            api_key=rollout.key,
+            status=rollout.status,
+            proxy_base_url=f"http://{host}/v1",
+            model=rollout.model,
+        )
         return json_response(created.model_dump(), 201)
 
     @router.get("/rollouts/{rollout_id}")
@@ -85,14 +100,16 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
         rollout = live(rollout_id)
         stopping = asyncio.ensure_future(manager.stopping.wait())
         try:
-            await asyncio.wait({rollout.runner, stopping}, timeout=timeout_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({rollout.runner, stopping}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
         if manager.stopping.is_set() and rollout.status not in FINAL:
-            raise ServiceError(503, "the service is restarting: the rollout is recorded as an infrastructure failure "
-                                    "(service restarted) and cannot be scored",
-                               {"rollout_id": rollout.id, "status": INFRA_FAILURE})
+            raise ServiceError(
+                503,
+                "the service is restarting: the rollout is recorded as an infrastructure failure "
+                "(service restarted) and cannot be scored",
+                {"rollout_id": rollout.id, "status": INFRA_FAILURE},
+            )
         return json_response(rollout.summary().model_dump())
 
     @router.post("/rollouts/{rollout_id}/finish")

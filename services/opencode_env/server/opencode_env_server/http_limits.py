@@ -9,7 +9,8 @@
 
 import asyncio
 from asyncio import TimerHandle
-from typing import Any, Awaitable, Callable, Optional, Union
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -29,7 +30,7 @@ def header_deadline(timeout_s: float) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with a deadline of ``timeout_s`` on each request's headers."""
 
     class HeaderDeadline(HttpToolsProtocol):
-        _deadline: Optional[TimerHandle] = None
+        _deadline: TimerHandle | None = None
 
         def _arm(self) -> None:
             self._disarm()
@@ -58,14 +59,14 @@ def header_deadline(timeout_s: float) -> type[HttpToolsProtocol]:
             if not self.transport.is_closing():
                 self._arm()  # the next request's headers are due in time too
 
-        def connection_lost(self, exc: Optional[Exception]) -> None:
+        def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
 
     return HeaderDeadline
 
 
-async def read_body(receive: Receive, declared: Union[bytes, None], limit: int, idle_timeout_s: float) -> Optional[bytes]:
+async def read_body(receive: Receive, declared: bytes | None, limit: int, idle_timeout_s: float) -> bytes | None:
     """The whole body (None if the client went away); raises ``BodyRefused`` past ``limit`` bytes
     (also when the declared content-length is) or after ``idle_timeout_s`` without a chunk."""
     if declared and declared.isdigit() and int(declared) > limit:
@@ -74,7 +75,7 @@ async def read_body(receive: Receive, declared: Union[bytes, None], limit: int, 
     while True:
         try:
             message = await asyncio.wait_for(receive(), idle_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BodyRefused(408, f"no request body data for {idle_timeout_s:g}s") from None
         if message["type"] == "http.disconnect":
             return None

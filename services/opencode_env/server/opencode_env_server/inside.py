@@ -114,7 +114,12 @@ def unpack(stream) -> None:
         entry = json.loads(header)
         path = entry["path"]
         parts = PurePosixPath(path).parts
-        if not parts or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or str(PurePosixPath(path)) != path:
+        if (
+            not parts
+            or path.startswith("/")
+            or any(p in ("", ".", "..") for p in parts)
+            or str(PurePosixPath(path)) != path
+        ):
             raise ValueError(f"bad path in the stream: {path!r}")
         if entry["dir"]:
             os.mkdir(path, entry["mode"])

@@ -18,8 +18,9 @@ def opencode_config(proxy_base_url: str, api_key: str, output_tokens: int) -> di
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "rlstack proxy",
                 "options": {"baseURL": proxy_base_url, "apiKey": api_key, "timeout": 600_000},
-                "models": {MODEL: {"name": MODEL, "tool_call": True,
-                                   "limit": {"context": 32768, "output": output_tokens}}},
+                "models": {
+                    MODEL: {"name": MODEL, "tool_call": True, "limit": {"context": 32768, "output": output_tokens}}
+                },
             }
         },
         "model": f"{PROVIDER}/{MODEL}",
@@ -31,25 +32,28 @@ def opencode_config(proxy_base_url: str, api_key: str, output_tokens: int) -> di
     }
 
 
-def prepare(sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: int,
-            server_password: str) -> dict[str, str]:
+def prepare(
+    sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: int, server_password: str
+) -> dict[str, str]:
     """Write the config beside (not inside) the sandbox's HOME, readable by its uid only; returns
     the agent's environment."""
     config = json.dumps(opencode_config(proxy_base_url, api_key, output_tokens), indent=2).encode()
     path = sandbox.write_private("opencode.json", config, 0o440)
-    return sandbox.env({
-        "OPENCODE_CONFIG": str(path),
-        "OPENCODE_DISABLE_AUTOUPDATE": "1",
-        "OPENCODE_DISABLE_MODELS_FETCH": "1",
-        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-        "OPENCODE_DISABLE_SHARE": "1",
-        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-        "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-        # Basic auth on the agent's server: a fence beside the firewall and the listener check.
-        "OPENCODE_SERVER_PASSWORD": server_password,
-        "OPENAI_API_KEY": api_key,
-        "OPENAI_BASE_URL": proxy_base_url,
-    })
+    return sandbox.env(
+        {
+            "OPENCODE_CONFIG": str(path),
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+            # Basic auth on the agent's server: a fence beside the firewall and the listener check.
+            "OPENCODE_SERVER_PASSWORD": server_password,
+            "OPENAI_API_KEY": api_key,
+            "OPENAI_BASE_URL": proxy_base_url,
+        }
+    )
 
 
 def serve_command(binary: str, port: int) -> list[str]:

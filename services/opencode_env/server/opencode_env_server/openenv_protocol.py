@@ -3,7 +3,7 @@ requests (``POST /mcp``, and ``mcp`` frames on ``/ws``) and the ``/ws`` frames (
 ``state``, ``mcp``, ``close``), as openenv 0.10's ``MCPToolClient`` and ``GenericEnvClient`` send them."""
 
 import asyncio
-from typing import Any, Optional
+from typing import Any
 
 import orjson
 from opencode_env_client.models import RolloutResult, RunRolloutArguments
@@ -20,13 +20,14 @@ READY = {"status": "ready", "message": "opencode_env ready. Call run_rollout(...
 class RpcError(Exception):
     """A JSON-RPC error; ``tool_error`` is the ``ToolError`` type a ``/ws`` step reports it as."""
 
-    def __init__(self, code: int, message: str, data: Optional[dict[str, Any]] = None,
-                 tool_error: str = "execution_error") -> None:
+    def __init__(
+        self, code: int, message: str, data: dict[str, Any] | None = None, tool_error: str = "execution_error"
+    ) -> None:
         super().__init__(message)
         self.code, self.message, self.data, self.tool_error = code, message, data, tool_error
 
 
-def rpc_error(request_id: Any, code: int, message: str, data: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def rpc_error(request_id: Any, code: int, message: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """A JSON-RPC error response."""
     error: dict[str, Any] = {"code": code, "message": message}
     if data:
@@ -36,8 +37,13 @@ def rpc_error(request_id: Any, code: int, message: str, data: Optional[dict[str,
 
 def tool_result(text: str) -> dict[str, Any]:
     """A ``tools/call`` result in the shape FastMCP's ``CallToolResult`` serialises to (upstream's server)."""
-    return {"content": [{"type": "text", "text": text}], "structured_content": {"result": text}, "meta": None,
-            "data": text, "is_error": False}
+    return {
+        "content": [{"type": "text", "text": text}],
+        "structured_content": {"result": text},
+        "meta": None,
+        "data": text,
+        "is_error": False,
+    }
 
 
 def ws_error(message: str, code: str, **extra: Any) -> dict[str, Any]:
@@ -50,7 +56,9 @@ def describe(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error["loc"]) or "arguments"
-        parts.append(f"unknown argument {where!r}" if error["type"] == "extra_forbidden" else f"{where}: {error['msg']}")
+        parts.append(
+            f"unknown argument {where!r}" if error["type"] == "extra_forbidden" else f"{where}: {error['msg']}"
+        )
     return "; ".join(parts)
 
 
@@ -62,7 +70,7 @@ class OpenEnvProtocol:
         self.service = service
 
     # --- JSON-RPC ------------------------------------------------------------------------
-    async def handle_rpc(self, message: Any, bound: Optional[OpenEnvSession] = None) -> dict[str, Any]:
+    async def handle_rpc(self, message: Any, bound: OpenEnvSession | None = None) -> dict[str, Any]:
         """One JSON-RPC request to its response; ``bound`` is the session of the ``/ws`` it came on."""
         if not isinstance(message, dict):
             return rpc_error(None, INVALID_REQUEST, "Invalid request: a JSON-RPC 2.0 request object is required")
@@ -70,9 +78,14 @@ class OpenEnvProtocol:
         if not isinstance(request_id, (str, int, type(None))) or isinstance(request_id, bool):
             return rpc_error(None, INVALID_REQUEST, "Invalid request: 'id' must be a string, a number or null")
         method, params = message.get("method"), message.get("params", {})
-        if message.get("jsonrpc") != "2.0" or not isinstance(method, str) or set(message) - {"jsonrpc", "method",
-                                                                                              "params", "id"}:
-            return rpc_error(request_id, INVALID_REQUEST, "Invalid request: expected {jsonrpc: '2.0', method, params, id}")
+        if (
+            message.get("jsonrpc") != "2.0"
+            or not isinstance(method, str)
+            or set(message) - {"jsonrpc", "method", "params", "id"}
+        ):
+            return rpc_error(
+                request_id, INVALID_REQUEST, "Invalid request: expected {jsonrpc: '2.0', method, params, id}"
+            )
         if not isinstance(params, dict):
             return rpc_error(request_id, INVALID_PARAMS, "Params must be an object")
         try:
@@ -80,7 +93,7 @@ class OpenEnvProtocol:
         except RpcError as exc:
             return rpc_error(request_id, exc.code, exc.message, exc.data)
 
-    async def _dispatch(self, method: str, params: dict[str, Any], bound: Optional[OpenEnvSession]) -> Any:
+    async def _dispatch(self, method: str, params: dict[str, Any], bound: OpenEnvSession | None) -> Any:
         if method == "openenv/session/create":
             if bound is not None:
                 return {"session_id": bound.id}
@@ -103,7 +116,7 @@ class OpenEnvProtocol:
             return tool_result(result.model_dump_json())
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
-    def _session_of(self, params: dict[str, Any], bound: Optional[OpenEnvSession]) -> Optional[OpenEnvSession]:
+    def _session_of(self, params: dict[str, Any], bound: OpenEnvSession | None) -> OpenEnvSession | None:
         """The session a request acts in: the ``/ws`` one, the one named by ``session_id``, or none."""
         if bound is not None:
             return bound
@@ -119,7 +132,7 @@ class OpenEnvProtocol:
         session.touch()
         return session
 
-    async def _close(self, params: dict[str, Any], bound: Optional[OpenEnvSession]) -> dict[str, Any]:
+    async def _close(self, params: dict[str, Any], bound: OpenEnvSession | None) -> dict[str, Any]:
         target = params.get("session_id")
         if not isinstance(target, str) or not target:
             raise RpcError(INVALID_PARAMS, "Invalid params - 'session_id' is required")
@@ -133,7 +146,7 @@ class OpenEnvProtocol:
         return {"session_id": target, "closed": True}
 
     # --- the tool --------------------------------------------------------------------------
-    async def call_tool(self, session: Optional[OpenEnvSession], name: str, arguments: dict[str, Any]) -> RolloutResult:
+    async def call_tool(self, session: OpenEnvSession | None, name: str, arguments: dict[str, Any]) -> RolloutResult:
         """Run ``run_rollout`` (in ``session`` if any: closing it stops the rollout)."""
         if name != run_rollout.TOOL["name"]:
             raise RpcError(INVALID_PARAMS, f"Tool not found: {name}", tool_error="tool_not_found")
@@ -148,22 +161,32 @@ class OpenEnvProtocol:
             raise RpcError(INVALID_PARAMS, f"run_rollout: {exc}", tool_error="invalid_args") from None
         except ServiceError as exc:
             code = INVALID_PARAMS if exc.status < 500 else SERVER_ERROR
-            raise RpcError(code, f"run_rollout: {exc.message}", exc.data or None,
-                           tool_error="invalid_args" if exc.status < 500 else "execution_error") from None
+            raise RpcError(
+                code,
+                f"run_rollout: {exc.message}",
+                exc.data or None,
+                tool_error="invalid_args" if exc.status < 500 else "execution_error",
+            ) from None
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():
                 raise  # the request itself is being cancelled
-            raise RpcError(SERVER_ERROR, "run_rollout: the session was closed while the rollout ran; "
-                                         "the rollout was stopped and removed") from None
+            raise RpcError(
+                SERVER_ERROR,
+                "run_rollout: the session was closed while the rollout ran; the rollout was stopped and removed",
+            ) from None
         if session is not None:
             state = session.state
             state.step_count += 1
             state.rollouts_completed += 1
-            state.last_reward, state.last_task_id, state.last_sandbox_id = result.reward, args.task_id or None, result.sandbox_id
+            state.last_reward, state.last_task_id, state.last_sandbox_id = (
+                result.reward,
+                args.task_id or None,
+                result.sandbox_id,
+            )
         return result
 
     # --- /ws frames ----------------------------------------------------------------------
-    async def handle_frame(self, raw: str, session: OpenEnvSession) -> Optional[dict[str, Any]]:
+    async def handle_frame(self, raw: str, session: OpenEnvSession) -> dict[str, Any] | None:
         """One ``/ws`` frame to its reply frame (None: the client closes the session)."""
         try:
             frame = orjson.loads(raw)
@@ -176,7 +199,10 @@ class OpenEnvProtocol:
             return None
         if kind == "reset":
             session.reset()
-            return {"type": "observation", "data": {"observation": {}, "reward": None, "done": False, "metadata": READY}}
+            return {
+                "type": "observation",
+                "data": {"observation": {}, "reward": None, "done": False, "metadata": READY},
+            }
         if kind == "state":
             return {"type": "state", "data": session.state.model_dump()}
         if kind == "mcp":
@@ -197,9 +223,10 @@ class OpenEnvProtocol:
         except RpcError as exc:
             error = {"error_type": exc.tool_error, "message": exc.message}
             return _observation({"tool_name": name, "result": None, "error": error}, None, False)
-        return _observation({"tool_name": name, "result": tool_result(result.model_dump_json()), "error": None},
-                            result.reward, True)
+        return _observation(
+            {"tool_name": name, "result": tool_result(result.model_dump_json()), "error": None}, result.reward, True
+        )
 
 
-def _observation(observation: dict[str, Any], reward: Optional[float], done: bool) -> dict[str, Any]:
+def _observation(observation: dict[str, Any], reward: float | None, done: bool) -> dict[str, Any]:
     return {"type": "observation", "data": {"observation": observation, "reward": reward, "done": done}}

@@ -3,7 +3,6 @@ to a session made by ``openenv/session/create``)."""
 
 import asyncio
 import contextlib
-from typing import Optional
 
 import orjson
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
@@ -50,8 +49,9 @@ def openenv_router(protocol: OpenEnvProtocol, sessions: SessionRegistry) -> APIR
     return router
 
 
-async def _attach(websocket: WebSocket, sessions: SessionRegistry,
-                  session_id: Optional[str]) -> tuple[Optional[OpenEnvSession], bool]:
+async def _attach(
+    websocket: WebSocket, sessions: SessionRegistry, session_id: str | None
+) -> tuple[OpenEnvSession | None, bool]:
     """The connection's session (named, or a new one it owns), or None after an error frame."""
     try:
         if session_id:
@@ -74,7 +74,7 @@ async def _attach(websocket: WebSocket, sessions: SessionRegistry,
 async def _serve(websocket: WebSocket, protocol: OpenEnvProtocol, session: OpenEnvSession) -> None:
     """Answer frames in order until the client closes or goes; a client that goes mid-call stops
     waiting for it (the caller then closes the session it owns, which stops the call's rollout)."""
-    frames: asyncio.Queue[Optional[str]] = asyncio.Queue(QUEUED_FRAMES)
+    frames: asyncio.Queue[str | None] = asyncio.Queue(QUEUED_FRAMES)
 
     async def read() -> None:
         try:

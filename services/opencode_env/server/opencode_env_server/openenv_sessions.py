@@ -6,8 +6,9 @@ import collections
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Optional
+from typing import Any
 
 from opencode_env_client.models import OpenCodeState
 
@@ -17,7 +18,7 @@ log = logging.getLogger("opencode_env_server.sessions")
 class SessionError(Exception):
     """No such session (unknown, closed or expired), or no room for one; ``data`` extra detail."""
 
-    def __init__(self, message: str, capacity: bool = False, data: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, message: str, capacity: bool = False, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.capacity = capacity
         self.data = data or {}
@@ -74,8 +75,11 @@ class SessionRegistry:
     def open(self) -> OpenEnvSession:
         """A new session, or ``SessionError`` (capacity) when every slot is taken."""
         if len(self._sessions) >= self.max_sessions:
-            raise SessionError(f"all {self.max_sessions} OpenEnv sessions are in use; close one or raise MAX_SESSIONS",
-                               capacity=True, data={"active_sessions": self.active, "max_sessions": self.max_sessions})
+            raise SessionError(
+                f"all {self.max_sessions} OpenEnv sessions are in use; close one or raise MAX_SESSIONS",
+                capacity=True,
+                data={"active_sessions": self.active, "max_sessions": self.max_sessions},
+            )
         session = OpenEnvSession()
         self._sessions[session.id] = session
         return session
@@ -103,8 +107,9 @@ class SessionRegistry:
     async def reap_idle(self) -> int:
         """Close every session idle for longer than the timeout; returns how many."""
         deadline = time.monotonic() - self.idle_timeout_s
-        idle = [s for s in self._sessions.values()
-                if s.last_active < deadline and not s.calls and not s.websocket_attached]
+        idle = [
+            s for s in self._sessions.values() if s.last_active < deadline and not s.calls and not s.websocket_attached
+        ]
         for session in idle:
             await self.close(session, f"expired after {self.idle_timeout_s:g}s without a call (SESSION_IDLE_TIMEOUT_S)")
             log.info("closed OpenEnv session %s after %.0fs idle", session.id, self.idle_timeout_s)

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 # Runs as the uid: kill(-1, SIGKILL) reaches every process of the uid (but the caller) in one pass
 # under the kernel's task-list lock. Its result says nothing about the uid (it succeeds while any
@@ -34,7 +33,7 @@ class Process:
     every thread has exited and only the zombie waits to be reaped)."""
 
     pid: int
-    live_task: Optional[str]
+    live_task: str | None
 
     def resident_kb(self) -> int:
         """Resident memory of the process (shared by its threads; read from a live one)."""
@@ -51,7 +50,7 @@ def _status(path: str) -> dict[str, str]:
         return {}
 
 
-def _live_task(pid: str) -> Optional[str]:
+def _live_task(pid: str) -> str | None:
     """The ``/proc`` path of a thread of ``pid`` that has not exited, if any."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -84,8 +83,16 @@ def processes_of(uid: int) -> list[Process]:
 
 def _kill_as(uid: int) -> None:
     try:
-        subprocess.run(_KILL_ALL_AS_UID, user=uid, group=uid, extra_groups=[], env={"PATH": "/usr/bin:/bin"},
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=5)
+        subprocess.run(
+            _KILL_ALL_AS_UID,
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         pass  # root's own pass below still kills what the scan finds
 

@@ -9,7 +9,8 @@ that is the trainer's, apply) and any other field is refused, so code in a sandb
 proxy with its seat's key cannot make the engine sample tokens the policy would not have chosen
 (``allowed_token_ids``, guided decoding, ``min_tokens``, ``ignore_eos``, ``logit_bias``, ...).
 The reply is relayed verbatim (SSE chunks as they arrive, or the JSON body) while the engine's
-prompt ids, completion ids, token texts and logprobs are recorded as one turn. A rollout that records no turns (upstream's ``black_box`` mode) has its calls relayed as the
+prompt ids, completion ids, token texts and logprobs are recorded as one turn. A rollout that
+records no turns (upstream's ``black_box`` mode) has its calls relayed as the
 agent made them, within the same budget.
 
 This is the hot path of every agent step, so it runs on raw ASGI (no framework routing, request
@@ -19,11 +20,11 @@ or response objects) with aiohttp's client upstream; the turn is recorded after 
 import asyncio
 import functools
 import time
-from typing import Any, Awaitable, Callable, Optional, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
-
 from opencode_env_client.models import Turn
 
 JSON_HEADERS = {"content-type": "application/json"}
@@ -35,11 +36,11 @@ class RolloutCalls(Protocol):
     """What the proxy needs from a rollout (see rollouts.Rollout)."""
 
     upstream_url: str
-    upstream_api_key: Optional[str]
+    upstream_api_key: str | None
     model: str
     sampling: dict[str, Any]
     record_turns: bool
-    top_logprobs: Optional[int]
+    top_logprobs: int | None
 
     def admit_call(self) -> int: ...
     def record(self, turn: Turn) -> None: ...
@@ -49,8 +50,13 @@ class RolloutCalls(Protocol):
 
 async def send_body(send: Send, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
     """A complete HTTP response on raw ASGI."""
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -67,17 +73,38 @@ async def send_warm_up_reply(send: Send, stream: bool) -> None:
     message = {"id": "warm-up", "created": 0, "model": "warm-up"}
     usage = {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}
     if not stream:
-        return await send_body(send, 200, orjson.dumps({**message, "object": "chat.completion", "usage": usage,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": WARM_UP_TEXT}, "finish_reason": "stop"}]}))
-    chunks = [{**message, "object": "chat.completion.chunk", "choices": [{"index": 0, "finish_reason": None,
-                                                                         "delta": {"role": "assistant", "content": WARM_UP_TEXT}}]},
-              {**message, "object": "chat.completion.chunk", "usage": usage,
-               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+        return await send_body(
+            send,
+            200,
+            orjson.dumps(
+                {
+                    **message,
+                    "object": "chat.completion",
+                    "usage": usage,
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": WARM_UP_TEXT}, "finish_reason": "stop"}
+                    ],
+                }
+            ),
+        )
+    chunks = [
+        {
+            **message,
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "finish_reason": None, "delta": {"role": "assistant", "content": WARM_UP_TEXT}}],
+        },
+        {
+            **message,
+            "object": "chat.completion.chunk",
+            "usage": usage,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        },
+    ]
     body = b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
     await send_body(send, 200, body, b"text/event-stream")
 
 
-def request_error(body: Any) -> Optional[str]:
+def request_error(body: Any) -> str | None:
     """Why a chat completion request cannot be relayed (None if it can): it must be an object with a
     ``messages`` list, one choice, and well-typed fields the proxy reads or budgets."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
@@ -96,29 +123,61 @@ def request_error(body: Any) -> Optional[str]:
 
 # Relayed from a recorded rollout's calls as the agent sent them: they shape the prompt and the form
 # of the reply, not the distribution its tokens are sampled from.
-AGENT_FIELDS = frozenset({"messages", "model", "tools", "tool_choice", "parallel_tool_calls", "stream",
-                          "stream_options", "max_tokens", "max_completion_tokens", "stop", "n", "user"})
+AGENT_FIELDS = frozenset(
+    {
+        "messages",
+        "model",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "n",
+        "user",
+    }
+)
 # A forced tool call ("required", or a named function) is sampled under guided decoding.
 FREE_TOOL_CHOICES = (None, "auto", "none")
 # The distribution's knobs: the rollout's sampling settings (the trainer's) decide them; an agent's
 # values are dropped. Also what the proxy sets itself (logprobs, ids).
-SAMPLING_FIELDS = frozenset({"temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
-                             "repetition_penalty", "seed", "chat_template_kwargs", "reasoning_effort", "logprobs",
-                             "top_logprobs", "return_token_ids"})
+SAMPLING_FIELDS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "seed",
+        "chat_template_kwargs",
+        "reasoning_effort",
+        "logprobs",
+        "top_logprobs",
+        "return_token_ids",
+    }
+)
 
 
-def refused_fields(body: dict[str, Any]) -> Optional[str]:
+def refused_fields(body: dict[str, Any]) -> str | None:
     """Why a recorded rollout's call is refused (None if it is not): a field that is neither relayed
     nor one of the sampling fields the trainer sets would change what the engine samples."""
     unknown = sorted(set(body) - AGENT_FIELDS - SAMPLING_FIELDS)
     if not unknown:
         if body.get("tool_choice") not in FREE_TOOL_CHOICES:
-            return (f"tool_choice {body['tool_choice']!r} not relayed: a forced tool call is sampled under guided "
-                    "decoding, not the policy's distribution; use 'auto' or 'none'")
+            return (
+                f"tool_choice {body['tool_choice']!r} not relayed: a forced tool call is sampled under guided "
+                "decoding, not the policy's distribution; use 'auto' or 'none'"
+            )
         return None
-    return (f"field(s) {', '.join(map(repr, unknown))} not relayed: a recorded rollout's calls are sampled under "
-            f"the trainer's settings only; allowed: {', '.join(sorted(AGENT_FIELDS))} (sampling fields are set "
-            "by the trainer)")
+    return (
+        f"field(s) {', '.join(map(repr, unknown))} not relayed: a recorded rollout's calls are sampled under "
+        f"the trainer's settings only; allowed: {', '.join(sorted(AGENT_FIELDS))} (sampling fields are set "
+        "by the trainer)"
+    )
 
 
 def _logprobs(choice: dict[str, Any]) -> list[float]:
@@ -146,9 +205,9 @@ class StreamAccumulator:
         self.token_texts: list[str] = []
         self.content: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
-        self.finish_reason: Optional[str] = None
-        self.usage: Optional[dict[str, Any]] = None
-        self.model: Optional[str] = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.model: str | None = None
 
     def feed(self, data: bytes) -> None:
         self._buffer += data
@@ -171,8 +230,9 @@ class StreamAccumulator:
             if delta.get("content"):
                 self.content.append(delta["content"])
             for call in delta.get("tool_calls") or []:
-                slot = self.tool_calls.setdefault(call.get("index", 0), {"id": None, "type": "function",
-                                                                         "function": {"name": "", "arguments": ""}})
+                slot = self.tool_calls.setdefault(
+                    call.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                )
                 slot["id"] = call.get("id") or slot["id"]
                 function = call.get("function") or {}
                 slot["function"]["name"] += function.get("name") or ""
@@ -183,14 +243,17 @@ class StreamAccumulator:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
         if self.tool_calls:
             message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        return {"model": self.model, "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
-                "usage": self.usage}
+        return {
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+            "usage": self.usage,
+        }
 
 
 class Proxy:
     """Relays chat completions for rollouts over one shared aiohttp connection pool."""
 
-    def __init__(self, http: Optional[aiohttp.ClientSession], weight_version_ttl_s: float = 0.25) -> None:
+    def __init__(self, http: aiohttp.ClientSession | None, weight_version_ttl_s: float = 0.25) -> None:
         self.http = http
         self.weight_version_ttl_s = weight_version_ttl_s
         self._versions: dict[str, tuple[float, asyncio.Future]] = {}
@@ -201,7 +264,7 @@ class Proxy:
             response.raise_for_status()
             return await response.json(loads=orjson.loads, content_type=None)
 
-    def weight_version(self, base_url: str, not_before: Optional[float] = None) -> asyncio.Future:
+    def weight_version(self, base_url: str, not_before: float | None = None) -> asyncio.Future:
         """The inference server's weight version (vLLM dev mode; None if it has none).
 
         Read at most once per ``weight_version_ttl_s`` per upstream and shared by the calls in that
@@ -210,13 +273,16 @@ class Proxy:
         """
         now = time.monotonic()
         cached = self._versions.get(base_url)
-        if (cached is None or now - cached[0] > self.weight_version_ttl_s
-                or (not_before is not None and cached[0] < not_before)):
+        if (
+            cached is None
+            or now - cached[0] > self.weight_version_ttl_s
+            or (not_before is not None and cached[0] < not_before)
+        ):
             cached = (now, asyncio.ensure_future(self._fetch_version(base_url)))
             self._versions[base_url] = cached
         return cached[1]
 
-    async def version_of_call(self, base_url: str, before: asyncio.Future, ended: float) -> Optional[str]:
+    async def version_of_call(self, base_url: str, before: asyncio.Future, ended: float) -> str | None:
         """The weights that sampled a call that ended at ``ended``: the version read before it, if the
         server still reports it after the call; None (unknown) when they differ. A call that waits in
         vLLM's queue while the weights are reloaded is sampled by the new ones although the version
@@ -226,7 +292,7 @@ class Proxy:
         last = await self.weight_version(base_url, not_before=ended)
         return first if first == last else None
 
-    async def _fetch_version(self, base_url: str) -> Optional[str]:
+    async def _fetch_version(self, base_url: str) -> str | None:
         try:
             info = await self.get_json(f"{base_url}/weight_info", timeout_s=5.0)
             return str(info.get("weight_version"))
@@ -254,12 +320,17 @@ class Proxy:
         """Forward one call for ``rollout``, send the reply back unchanged, then record the turn."""
         max_tokens = rollout.admit_call()
         forwarded = self.prepare(rollout, body, max_tokens)
-        version = functools.partial(self.version_of_call, rollout.upstream_url, self.weight_version(rollout.upstream_url))
+        version = functools.partial(
+            self.version_of_call, rollout.upstream_url, self.weight_version(rollout.upstream_url)
+        )
         call = _Call(rollout, forwarded, version, bool(body.get("tools")))
         url = f"{rollout.upstream_url}/v1/chat/completions"
         try:
-            headers = JSON_HEADERS if rollout.upstream_api_key is None else {
-                **JSON_HEADERS, "authorization": f"Bearer {rollout.upstream_api_key}"}
+            headers = (
+                JSON_HEADERS
+                if rollout.upstream_api_key is None
+                else {**JSON_HEADERS, "authorization": f"Bearer {rollout.upstream_api_key}"}
+            )
             async with self.http.post(url, data=orjson.dumps(forwarded), headers=headers) as upstream:
                 if upstream.status >= 400:
                     await call.upstream_error(send, upstream.status, await upstream.read())
@@ -279,16 +350,28 @@ class Proxy:
 class _Call:
     """One relayed call: sends the reply, then records it as a turn."""
 
-    def __init__(self, rollout: RolloutCalls, forwarded: dict[str, Any],
-                 version: Callable[[float], Awaitable[Optional[str]]], trainable: bool) -> None:
+    def __init__(
+        self,
+        rollout: RolloutCalls,
+        forwarded: dict[str, Any],
+        version: Callable[[float], Awaitable[str | None]],
+        trainable: bool,
+    ) -> None:
         self.rollout, self.forwarded, self.version, self.trainable = rollout, forwarded, version, trainable
         self.index = rollout.next_turn_index()
         self.began = time.monotonic()
         self.started = False  # response headers sent
 
     async def _record(self, **fields: Any) -> None:
-        self.rollout.record(Turn(turn=self.index, request=self.forwarded, weight_version=await self.version(time.monotonic()),
-                                 trainable=self.trainable, **fields))
+        self.rollout.record(
+            Turn(
+                turn=self.index,
+                request=self.forwarded,
+                weight_version=await self.version(time.monotonic()),
+                trainable=self.trainable,
+                **fields,
+            )
+        )
 
     async def unary(self, send: Send, content: bytes, status: int) -> None:
         latency = time.monotonic() - self.began
@@ -296,28 +379,52 @@ class _Call:
         await send_body(send, status, content)
         reply = orjson.loads(content)
         choice = (reply.get("choices") or [{}])[0]
-        await self._record(response=reply, prompt_token_ids=reply.get("prompt_token_ids") or [],
-                           completion_token_ids=choice.get("token_ids") or [], per_token_logps=_logprobs(choice),
-                           completion_tokens=_token_texts(choice), finish_reason=choice.get("finish_reason"), latency_s=latency, stream=False)
+        await self._record(
+            response=reply,
+            prompt_token_ids=reply.get("prompt_token_ids") or [],
+            completion_token_ids=choice.get("token_ids") or [],
+            per_token_logps=_logprobs(choice),
+            completion_tokens=_token_texts(choice),
+            finish_reason=choice.get("finish_reason"),
+            latency_s=latency,
+            stream=False,
+        )
 
     async def stream(self, send: Send, upstream: aiohttp.ClientResponse) -> None:
         content_type = upstream.headers.get("content-type", "text/event-stream").encode()
         self.started = True
-        await send({"type": "http.response.start", "status": upstream.status, "headers": [(b"content-type", content_type)]})
+        await send(
+            {"type": "http.response.start", "status": upstream.status, "headers": [(b"content-type", content_type)]}
+        )
         acc = StreamAccumulator()
         async for data in upstream.content.iter_any():
             acc.feed(data)
             await send({"type": "http.response.body", "body": data, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        await self._record(response=acc.response(), prompt_token_ids=acc.prompt_ids,
-                           completion_token_ids=acc.completion_ids, per_token_logps=acc.logps,
-                           completion_tokens=acc.token_texts, finish_reason=acc.finish_reason, latency_s=time.monotonic() - self.began, stream=True)
+        await self._record(
+            response=acc.response(),
+            prompt_token_ids=acc.prompt_ids,
+            completion_token_ids=acc.completion_ids,
+            per_token_logps=acc.logps,
+            completion_tokens=acc.token_texts,
+            finish_reason=acc.finish_reason,
+            latency_s=time.monotonic() - self.began,
+            stream=True,
+        )
 
     async def upstream_error(self, send: Send, status: int, content: bytes) -> None:
         text = content.decode(errors="replace")[:2000]
-        await self._record(response={}, prompt_token_ids=[], completion_token_ids=[], per_token_logps=[],
-                           finish_reason=None, latency_s=time.monotonic() - self.began,
-                           stream=bool(self.forwarded.get("stream")), upstream_status=status, upstream_error=text)
+        await self._record(
+            response={},
+            prompt_token_ids=[],
+            completion_token_ids=[],
+            per_token_logps=[],
+            finish_reason=None,
+            latency_s=time.monotonic() - self.began,
+            stream=bool(self.forwarded.get("stream")),
+            upstream_status=status,
+            upstream_error=text,
+        )
         if status >= 500:
             self.rollout.infra_failure(f"inference upstream answered {status}: {text[:300]}")
         self.started = True

@@ -7,16 +7,30 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import aiohttp
+from opencode_env_client.models import (
+    COMPLETED,
+    FINAL,
+    INFRA_FAILURE,
+    LIMIT_EXCEEDED,
+    PENDING,
+    RUNNING,
+    SETUP_FAILED,
+    STOPPED,
+    TIMED_OUT,
+    UNSCORED,
+    CheckResult,
+    CommandOutcome,
+    Limits,
+    RolloutRequest,
+    RolloutSummary,
+    Turn,
+    Verification,
+)
 
 from . import opencode
 from .agent_server import AgentFailed, AgentServer
-from opencode_env_client.models import (COMPLETED, FINAL, INFRA_FAILURE, LIMIT_EXCEEDED, PENDING, RUNNING,
-                                        SETUP_FAILED, STOPPED, TIMED_OUT, UNSCORED, CheckResult, CommandOutcome,
-                                        Limits, RolloutRequest, RolloutSummary, Turn, Verification)
-
 from .processes import UidNotEmpty
 from .sandbox import Sandbox, SandboxError, clean_stale
 from .settings import Settings, normalize_upstream
@@ -42,7 +56,7 @@ class Prepared:
     limits: Limits
     sandbox: Sandbox
     agent: AgentServer
-    ready: Optional[asyncio.Task] = None  # True once warm; False if the start failed (never raises)
+    ready: asyncio.Task | None = None  # True once warm; False if the start failed (never raises)
 
     @property
     def warm(self) -> bool:
@@ -63,8 +77,15 @@ class LimitReached(RuntimeError):
 class Rollout:
     """One task being run by one agent, with its proxy key and recorded turns."""
 
-    def __init__(self, request: RolloutRequest, settings: Settings, seat: int, model: str, store: TraceStore,
-                 identity: Optional[tuple[str, str]] = None) -> None:
+    def __init__(
+        self,
+        request: RolloutRequest,
+        settings: Settings,
+        seat: int,
+        model: str,
+        store: TraceStore,
+        identity: tuple[str, str] | None = None,
+    ) -> None:
         self.id, self.key = identity or new_identity()
         self.request = request
         self.task = request.task
@@ -76,27 +97,29 @@ class Rollout:
         self.sampling = request.sampling
         self.record_turns = request.record_turns
         self.top_logprobs = request.top_logprobs
-        self.sandbox = Sandbox(settings.sandbox_root, self.id, settings.seat_uid(seat), self.limits,
-                               settings.helper_python)
+        self.sandbox = Sandbox(
+            settings.sandbox_root, self.id, settings.seat_uid(seat), self.limits, settings.helper_python
+        )
         # Where the held-out checks run once the agent is gone: the seat's verifier uid, a fresh directory.
-        self.check_context = Sandbox(settings.sandbox_root, f"{self.id}.verify", settings.verifier_uid(seat),
-                                     self.limits, settings.helper_python)
+        self.check_context = Sandbox(
+            settings.sandbox_root, f"{self.id}.verify", settings.verifier_uid(seat), self.limits, settings.helper_python
+        )
         self.status = PENDING
-        self.detail: Optional[str] = None
+        self.detail: str | None = None
         self.turns: list[Turn] = []
         self._turns_started = 0
         self.completion_tokens = 0
-        self.agent_exit_code: Optional[int] = None
+        self.agent_exit_code: int | None = None
         self.setup_results: list[CommandOutcome] = []
-        self.verification: Optional[Verification] = None
+        self.verification: Verification | None = None
         self.created_at = time.time()
-        self.first_call_at: Optional[float] = None
-        self.finished_at: Optional[float] = None
+        self.first_call_at: float | None = None
+        self.finished_at: float | None = None
         self.done = asyncio.Event()
         self.started = asyncio.Event()  # its first model call came, or it ended without one
         self.agent_prestarted = False  # served by the seat's warm OpenCode server, started before this rollout
         self.waiting_for_agent = False  # waiting for the seat's server to finish warming up
-        self.runner: Optional[asyncio.Task] = None  # ends once the rollout's processes are cleaned up
+        self.runner: asyncio.Task | None = None  # ends once the rollout's processes are cleaned up
         self._store = store
 
     # --- called by the proxy -------------------------------------------------------------
@@ -158,17 +181,30 @@ class Rollout:
     def summary(self) -> RolloutSummary:
         """Status as the API reports it (no secrets)."""
         return RolloutSummary(
-            rollout_id=self.id, task_id=self.task.task_id, status=self.status, final=self.status in FINAL,
-            detail=self.detail, agent=self.request.agent, model=self.model, upstream_url=self.upstream_url,
-            turns=len(self.turns), completion_tokens=self.completion_tokens, agent_exit_code=self.agent_exit_code,
-            agent_prestarted=self.agent_prestarted, created_at=self.created_at, first_call_at=self.first_call_at,
-            finished_at=self.finished_at, reward=None if self.verification is None else self.verification.reward,
-            infra_failure=self.status == INFRA_FAILURE, setup_results=self.setup_results, limits=self.limits)
+            rollout_id=self.id,
+            task_id=self.task.task_id,
+            status=self.status,
+            final=self.status in FINAL,
+            detail=self.detail,
+            agent=self.request.agent,
+            model=self.model,
+            upstream_url=self.upstream_url,
+            turns=len(self.turns),
+            completion_tokens=self.completion_tokens,
+            agent_exit_code=self.agent_exit_code,
+            agent_prestarted=self.agent_prestarted,
+            created_at=self.created_at,
+            first_call_at=self.first_call_at,
+            finished_at=self.finished_at,
+            reward=None if self.verification is None else self.verification.reward,
+            infra_failure=self.status == INFRA_FAILURE,
+            setup_results=self.setup_results,
+            limits=self.limits,
+        )
 
     def persist(self) -> None:
         verification = None if self.verification is None else self.verification.model_dump()
         self._store.write_summary(self.id, {**self.summary().model_dump(), "verification": verification})
-
 
 
 class RolloutManager:
@@ -197,7 +233,7 @@ class RolloutManager:
         self.latest_limits = Limits()  # what free seats are prepared with
         # A server start keeps about two cores busy for seconds: more at once only slows each down.
         self._warm_gate = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
-        self.http: Optional[aiohttp.ClientSession] = None
+        self.http: aiohttp.ClientSession | None = None
         self.stopping = asyncio.Event()  # set when the service begins to shut down
         self._tasks: set[asyncio.Task] = set()
 
@@ -210,7 +246,7 @@ class RolloutManager:
         """Free seats whose OpenCode server is started and warmed up."""
         return sum(1 for p in self.prepared.values() if p.warm)
 
-    def caller(self, key: str, seat: Optional[int]) -> tuple[Optional[Rollout], bool]:
+    def caller(self, key: str, seat: int | None) -> tuple[Rollout | None, bool]:
         """Who presents ``key``: (its rollout, whether it is a seat's warm-up key).
 
         A call that came in on seat ``seat``'s sandbox proxy port is accepted only with the key of
@@ -230,8 +266,11 @@ class RolloutManager:
         removed = await asyncio.to_thread(clean_stale, self.settings.sandbox_root, self.settings.all_uids)
         unfinished = self.store.mark_unfinished(FINAL, INFRA_FAILURE, "service restarted while the rollout ran")
         if removed or unfinished:
-            log.info("start-up: removed %d stale sandboxes; %d unfinished rollouts recorded as infra_failure",
-                     removed, unfinished)
+            log.info(
+                "start-up: removed %d stale sandboxes; %d unfinished rollouts recorded as infra_failure",
+                removed,
+                unfinished,
+            )
 
     def start(self, http: aiohttp.ClientSession) -> None:
         """Begin serving: agents are driven over ``http``; free seats start warming up."""
@@ -244,8 +283,11 @@ class RolloutManager:
         """Rollouts ended more than ``FINISHED_ROLLOUT_TTL_S`` ago that no client closed (the client
         died): they would hold their slots for good."""
         ttl = self.settings.finished_rollout_ttl_s
-        return [r for r in self.rollouts.values()
-                if r.status in FINAL and r.finished_at is not None and now - r.finished_at > ttl]
+        return [
+            r
+            for r in self.rollouts.values()
+            if r.status in FINAL and r.finished_at is not None and now - r.finished_at > ttl
+        ]
 
     async def run_reaper(self) -> None:
         """Close abandoned rollouts forever (their traces stay on disk), several times per TTL."""
@@ -253,8 +295,11 @@ class RolloutManager:
         while True:
             await asyncio.sleep(interval)
             for rollout in self.abandoned(time.time()):
-                log.warning("rollout %s ended %.0f s ago and was never closed: closing it to free its slot",
-                            rollout.id, time.time() - rollout.finished_at)
+                log.warning(
+                    "rollout %s ended %.0f s ago and was never closed: closing it to free its slot",
+                    rollout.id,
+                    time.time() - rollout.finished_at,
+                )
                 await self.close(rollout, rollout.status, rollout.detail)
 
     def _background(self, coroutine, name: str) -> asyncio.Task:
@@ -273,10 +318,11 @@ class RolloutManager:
         with agent.sandbox.open_log() as agent_log:
             await agent.start(env, agent_log)
 
-    def _prepare(self, seat: int, limits: Limits, after: Optional[asyncio.Task] = None) -> None:
+    def _prepare(self, seat: int, limits: Limits, after: asyncio.Task | None = None) -> None:
         rollout_id, key = new_identity()
-        sandbox = Sandbox(self.settings.sandbox_root, rollout_id, self.settings.seat_uid(seat), limits,
-                          self.settings.helper_python)
+        sandbox = Sandbox(
+            self.settings.sandbox_root, rollout_id, self.settings.seat_uid(seat), limits, self.settings.helper_python
+        )
         prepared = Prepared(rollout_id, key, seat, limits, sandbox, self._agent(sandbox, seat))
         prepared.ready = self._background(self._warm(prepared, after), f"warm-seat-{seat}")
         self.prepared[seat] = prepared
@@ -289,11 +335,12 @@ class RolloutManager:
         is starting, it would delay that rollout's first call, the latency the warm servers exist to cut.
         """
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(not r.started.is_set() and not r.waiting_for_agent
-                                                  for r in self.rollouts.values()):
+        while time.monotonic() < deadline and any(
+            not r.started.is_set() and not r.waiting_for_agent for r in self.rollouts.values()
+        ):
             await asyncio.sleep(0.1)
 
-    async def _warm(self, prepared: Prepared, after: Optional[asyncio.Task]) -> bool:
+    async def _warm(self, prepared: Prepared, after: asyncio.Task | None) -> bool:
         if after is not None:
             await asyncio.wait({after})  # the seat's previous rollout has cleaned up its processes
         await self._starts_done()
@@ -304,12 +351,16 @@ class RolloutManager:
                 await asyncio.to_thread(prepared.sandbox.create)
                 await self._start_agent(prepared.agent, prepared.key, prepared.limits, prepared.seat)
                 await prepared.agent.warm_up()
-                log.info("seat uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid,
-                         time.monotonic() - began)
+                log.info(
+                    "seat uid %d: OpenCode server warm after %.1fs", prepared.sandbox.uid, time.monotonic() - began
+                )
                 return True
-            except (AgentFailed, SandboxError, UidNotEmpty, OSError, asyncio.TimeoutError) as exc:
-                log.warning("seat uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
-                            prepared.sandbox.uid, exc)
+            except (TimeoutError, AgentFailed, SandboxError, UidNotEmpty, OSError) as exc:
+                log.warning(
+                    "seat uid %d: warming up OpenCode failed (%s); its next rollout starts it afresh",
+                    prepared.sandbox.uid,
+                    exc,
+                )
                 await asyncio.to_thread(prepared.sandbox.stop_processes)
                 return False
             finally:
@@ -326,11 +377,13 @@ class RolloutManager:
     def _seat_for(self, request: RolloutRequest) -> int:
         """The free seat to use: for OpenCode one prepared with the request's limits, warm ones first;
         for an external agent one whose prepared server is least useful."""
+
         def usefulness(seat: int) -> int:
             prepared = self.prepared.get(seat)
             if prepared is None or prepared.limits != request.task.limits:
                 return 0
             return 2 if prepared.warm else 1
+
         choose = max if request.agent == "opencode" else min
         return choose(self.free_seats, key=usefulness)
 
@@ -345,8 +398,10 @@ class RolloutManager:
     def create(self, request: RolloutRequest, model: str) -> Rollout:
         """Take a seat and start the rollout in the background."""
         if self.active >= self.settings.max_concurrent_rollouts:
-            raise CapacityError(f"All {self.settings.max_concurrent_rollouts} rollout slots are in use "
-                                f"(active {self.active}); close finished rollouts or raise MAX_CONCURRENT_ROLLOUTS")
+            raise CapacityError(
+                f"All {self.settings.max_concurrent_rollouts} rollout slots are in use "
+                f"(active {self.active}); close finished rollouts or raise MAX_CONCURRENT_ROLLOUTS"
+            )
         seat = self._seat_for(request)
         self.free_seats.remove(seat)
         prepared = self.prepared.pop(seat, None)
@@ -360,7 +415,7 @@ class RolloutManager:
         rollout.runner = self._background(self._run(rollout, prepared), f"rollout-{rollout.id}")
         return rollout
 
-    async def _take_agent(self, rollout: Rollout, prepared: Optional[Prepared]) -> Optional[AgentServer]:
+    async def _take_agent(self, rollout: Rollout, prepared: Prepared | None) -> AgentServer | None:
         """The seat's warm agent if it suits the rollout; otherwise a fresh, empty sandbox and None."""
         if prepared is not None:
             if rollout.request.agent == "opencode" and prepared.limits == rollout.limits:
@@ -379,9 +434,9 @@ class RolloutManager:
             await asyncio.to_thread(rollout.sandbox.create)
         return None
 
-    async def _run(self, rollout: Rollout, prepared: Optional[Prepared]) -> None:
+    async def _run(self, rollout: Rollout, prepared: Prepared | None) -> None:
         sandbox, task = rollout.sandbox, rollout.task
-        watchdog: Optional[asyncio.Task] = None
+        watchdog: asyncio.Task | None = None
         try:
             agent = await self._take_agent(rollout, prepared)
             if rollout.status in FINAL:
@@ -393,7 +448,7 @@ class RolloutManager:
             watchdog = asyncio.create_task(sandbox.watch())
             watchdog.add_done_callback(lambda w: w.cancelled() or rollout.stop(LIMIT_EXCEEDED, w.result()))
             await asyncio.wait_for(self._setup_and_agent(rollout, agent), timeout=rollout.limits.wall_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             rollout.stop(TIMED_OUT, f"wall-clock limit of {rollout.limits.wall_s:g}s")
         except Exception as exc:  # a bug or an OS error: never leave a rollout running
             log.exception("rollout %s failed", rollout.id)
@@ -403,7 +458,7 @@ class RolloutManager:
                 watchdog.cancel()
             await asyncio.to_thread(sandbox.stop_processes)
 
-    async def _setup_and_agent(self, rollout: Rollout, agent: Optional[AgentServer]) -> None:
+    async def _setup_and_agent(self, rollout: Rollout, agent: AgentServer | None) -> None:
         for command in rollout.task.setup:
             result = await rollout.sandbox.run(command, timeout_s=rollout.limits.wall_s)
             rollout.setup_results.append(result)
@@ -469,8 +524,9 @@ class RolloutManager:
                     reason = f"not scored: the agent's processes could not be ended ({exc})"
             passed = sum(r.passed for r in results)
             reward = passed / len(results) if results and reason is None else None
-            rollout.verification = Verification(reward=reward, passed=passed, total=len(results), results=results,
-                                                reason=reason)
+            rollout.verification = Verification(
+                reward=reward, passed=passed, total=len(results), results=results, reason=reason
+            )
             rollout.persist()
         return rollout.verification
 
@@ -526,5 +582,3 @@ class RolloutManager:
         for prepared in list(self.prepared.values()):
             await self._discard(prepared)
         self.prepared.clear()
-
-

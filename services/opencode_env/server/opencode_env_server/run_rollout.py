@@ -4,12 +4,24 @@ the end, and upstream's ``RolloutResult``."""
 import asyncio
 import logging
 import time
-from typing import Any, Optional
+from typing import Any
 
 import orjson
-from opencode_env_client.models import (COMPLETED, MAX_COMPLETION_TOKENS, MAX_TOKENS_PER_TURN, STOPPED, CommandResult,
-                                        Limits, RolloutRequest, RolloutResult, RolloutTurn, RunRolloutArguments, Task,
-                                        Turn, Verification)
+from opencode_env_client.models import (
+    COMPLETED,
+    MAX_COMPLETION_TOKENS,
+    MAX_TOKENS_PER_TURN,
+    STOPPED,
+    CommandResult,
+    Limits,
+    RolloutRequest,
+    RolloutResult,
+    RolloutTurn,
+    RunRolloutArguments,
+    Task,
+    Turn,
+    Verification,
+)
 
 from .rollouts import Rollout
 from .sandbox import SandboxError
@@ -21,8 +33,8 @@ log = logging.getLogger("opencode_env_server.run_rollout")
 TOOL = {
     "name": "run_rollout",
     "description": "Run one OpenCode rollout on a task (instruction, setup and verify commands) in a local "
-                   "sandbox and return its RolloutResult as JSON: reward = fraction of verify commands passed, "
-                   "per-turn token ids and logprobs, setup/verify results and the files the agent wrote.",
+    "sandbox and return its RolloutResult as JSON: reward = fraction of verify commands passed, "
+    "per-turn token ids and logprobs, setup/verify results and the files the agent wrote.",
     "inputSchema": RunRolloutArguments.model_json_schema(),
 }
 # Upstream's result bounds: files under 64 KB, at most 32, 8000 characters each; 2000-character tails.
@@ -43,19 +55,35 @@ def request_for(args: RunRolloutArguments, settings: Settings) -> RolloutRequest
     internal = not base_url or normalize_upstream(base_url) == normalize_upstream(settings.inference_url)
     if provider is not None and not internal and not (api_key and model):
         prefix = args.endpoint.upper()
-        raise ValueError(f"endpoint {args.endpoint!r} needs an api_key and a model: pass them, or set "
-                         f"{prefix}_API_KEY and {prefix}_MODEL on the service")
+        raise ValueError(
+            f"endpoint {args.endpoint!r} needs an api_key and a model: pass them, or set "
+            f"{prefix}_API_KEY and {prefix}_MODEL on the service"
+        )
     disable_thinking = args.endpoint == "vllm" if args.disable_thinking is None else args.disable_thinking
     cap = min(args.max_tokens_cap, MAX_TOKENS_PER_TURN) if args.max_tokens_cap > 0 else MAX_TOKENS_PER_TURN
-    limits = Limits(wall_s=args.agent_timeout_s, max_tokens_per_turn=cap, max_turns=settings.run_rollout_max_turns,
-                    max_completion_tokens=MAX_COMPLETION_TOKENS)
-    task = Task(task_id=args.task_id, instruction=args.instruction, setup=list(args.setup or []),
-                verify_commands=list(args.verify or []), limits=limits)
+    limits = Limits(
+        wall_s=args.agent_timeout_s,
+        max_tokens_per_turn=cap,
+        max_turns=settings.run_rollout_max_turns,
+        max_completion_tokens=MAX_COMPLETION_TOKENS,
+    )
+    task = Task(
+        task_id=args.task_id,
+        instruction=args.instruction,
+        setup=list(args.setup or []),
+        verify_commands=list(args.verify or []),
+        limits=limits,
+    )
     transparent = args.mode == "transparent_proxy"
     return RolloutRequest(
-        task=task, upstream_url=None if internal else base_url, upstream_api_key=None if internal else api_key or None,
-        model=model or None, sampling={"chat_template_kwargs": {"enable_thinking": False}} if disable_thinking else {},
-        record_turns=transparent, top_logprobs=args.top_logprobs if transparent else None)
+        task=task,
+        upstream_url=None if internal else base_url,
+        upstream_api_key=None if internal else api_key or None,
+        model=model or None,
+        sampling={"chat_template_kwargs": {"enable_thinking": False}} if disable_thinking else {},
+        record_turns=transparent,
+        top_logprobs=args.top_logprobs if transparent else None,
+    )
 
 
 async def run(service: RolloutService, args: RunRolloutArguments) -> RolloutResult:
@@ -78,35 +106,78 @@ async def run(service: RolloutService, args: RunRolloutArguments) -> RolloutResu
     finally:
         closing = asyncio.ensure_future(manager.close(rollout))
         await asyncio.shield(closing)  # a cancelled call still removes the rollout's processes and sandbox
-    return result_of(rollout, args, verification, {path: text[:MAX_FILE_CHARS] for path, text in files.items()},
-                     skipped, agent_log, time.monotonic() - began)
+    return result_of(
+        rollout,
+        args,
+        verification,
+        {path: text[:MAX_FILE_CHARS] for path, text in files.items()},
+        skipped,
+        agent_log,
+        time.monotonic() - began,
+    )
 
 
-def result_of(rollout: Rollout, args: RunRolloutArguments, verification: Verification, files: dict[str, str],
-              files_extra: list[str], agent_log: str, wall_s: float) -> RolloutResult:
+def result_of(
+    rollout: Rollout,
+    args: RunRolloutArguments,
+    verification: Verification,
+    files: dict[str, str],
+    files_extra: list[str],
+    agent_log: str,
+    wall_s: float,
+) -> RolloutResult:
     """Upstream's ``RolloutResult`` of a finished, verified rollout."""
     return RolloutResult(
-        task_id=args.task_id, sandbox_id=rollout.id, reward=verification.reward, agent_exit_code=rollout.agent_exit_code,
-        wall_s=round(wall_s, 3), mode=args.mode,
-        setup_results=[CommandResult(cmd=r.command, exit_code=r.exit_code, stdout=r.stdout[-TAIL_CHARS:],
-                                     stderr=r.stderr[-TAIL_CHARS:], duration_s=round(r.duration_s, 3))
-                       for r in rollout.setup_results],
-        verify_results=[CommandResult(cmd=r.command or "", exit_code=r.exit_code, stdout=r.stdout, stderr=r.stderr,
-                                      duration_s=round(r.duration_s, 3))
-                        for r in verification.results if r.kind == "command"],
-        proxy_turns=[_turn(t) for t in rollout.turns], files=files, files_extra=files_extra,
+        task_id=args.task_id,
+        sandbox_id=rollout.id,
+        reward=verification.reward,
+        agent_exit_code=rollout.agent_exit_code,
+        wall_s=round(wall_s, 3),
+        mode=args.mode,
+        setup_results=[
+            CommandResult(
+                cmd=r.command,
+                exit_code=r.exit_code,
+                stdout=r.stdout[-TAIL_CHARS:],
+                stderr=r.stderr[-TAIL_CHARS:],
+                duration_s=round(r.duration_s, 3),
+            )
+            for r in rollout.setup_results
+        ],
+        verify_results=[
+            CommandResult(
+                cmd=r.command or "",
+                exit_code=r.exit_code,
+                stdout=r.stdout,
+                stderr=r.stderr,
+                duration_s=round(r.duration_s, 3),
+            )
+            for r in verification.results
+            if r.kind == "command"
+        ],
+        proxy_turns=[_turn(t) for t in rollout.turns],
+        files=files,
+        files_extra=files_extra,
         agent_log_tail=agent_log[-TAIL_CHARS:],
-        error=None if rollout.status in (COMPLETED, STOPPED) else f"{rollout.status}: {rollout.detail}")
+        error=None if rollout.status in (COMPLETED, STOPPED) else f"{rollout.status}: {rollout.detail}",
+    )
 
 
 def _turn(turn: Turn) -> RolloutTurn:
-    return RolloutTurn(turn=turn.turn, finish_reason=turn.finish_reason, completion_tokens=turn.completion_tokens,
-                       completion_token_ids=turn.completion_token_ids, per_token_logps=turn.per_token_logps,
-                       latency_s=turn.latency_s, timestamp=turn.timestamp, upstream_status=turn.upstream_status,
-                       upstream_error=_error_object(turn.upstream_error))
+    return RolloutTurn(
+        turn=turn.turn,
+        finish_reason=turn.finish_reason,
+        completion_tokens=turn.completion_tokens,
+        completion_token_ids=turn.completion_token_ids,
+        per_token_logps=turn.per_token_logps,
+        latency_s=turn.latency_s,
+        timestamp=turn.timestamp,
+        upstream_status=turn.upstream_status,
+        upstream_error=_error_object(turn.upstream_error),
+    )
 
 
-def _error_object(text: Optional[str]) -> Optional[dict[str, Any]]:
+def _error_object(text: str | None) -> dict[str, Any] | None:
     """An upstream error body as upstream's result has it: the JSON object, or the text as ``message``."""
     if text is None:
         return None

@@ -22,12 +22,12 @@ import signal
 import stat
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import orjson
+from opencode_env_client.models import CommandOutcome, Limits
 
 from . import landlock, processes, tree, usage
-from opencode_env_client.models import CommandOutcome, Limits
 
 log = logging.getLogger("opencode_env_server.sandbox")
 
@@ -39,8 +39,10 @@ HELPER_OUTPUT_BYTES = 8 << 20  # a JSON listing of at most 1 MB of file text
 
 # The helper's entry point: this package's directory first on sys.path (with -I neither PYTHONPATH,
 # the user's site-packages nor the work dir is on it).
-_RUN_INSIDE = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
-               "from opencode_env_server.inside import main; main(sys.argv[1])")
+_RUN_INSIDE = (
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
+    "from opencode_env_server.inside import main; main(sys.argv[1])"
+)
 
 
 class SandboxError(RuntimeError):
@@ -64,7 +66,7 @@ class Sandbox:
         self.uid = uid
         self.limits = limits
         self.python = python  # the interpreter of the ``inside`` helpers (the uid must be able to run it)
-        self.violation: Optional[str] = None
+        self.violation: str | None = None
 
     def create(self) -> None:
         """Make the empty sandbox, killing what the uid still runs and holds (blocking: run it off
@@ -109,13 +111,19 @@ class Sandbox:
             f.seek(max(0, size - limit))
             return f.read().decode(errors="replace")
 
-    def env(self, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """A clean environment rooted in the sandbox's HOME, with its own TMPDIR."""
         home = str(self.home)
         env = {
-            "HOME": home, "USER": "sandbox", "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-            "TMPDIR": str(self.tmp), "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
-            "XDG_CACHE_HOME": f"{home}/.cache", "XDG_STATE_HOME": f"{home}/.local/state",
+            "HOME": home,
+            "USER": "sandbox",
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "TMPDIR": str(self.tmp),
+            "XDG_CONFIG_HOME": f"{home}/.config",
+            "XDG_DATA_HOME": f"{home}/.local/share",
+            "XDG_CACHE_HOME": f"{home}/.cache",
+            "XDG_STATE_HOME": f"{home}/.local/state",
         }
         return {**env, **(extra or {})}
 
@@ -138,29 +146,57 @@ class Sandbox:
     async def spawn(self, argv: list[str], env: dict[str, str], stdout, stderr, stdin=asyncio.subprocess.DEVNULL):
         """Start ``argv`` in the sandbox (own session, limits, the uid); returns the process."""
         return await asyncio.create_subprocess_exec(
-            *argv, cwd=self.work, env=env, stdin=stdin, stdout=stdout, stderr=stderr, preexec_fn=self._demote,
+            *argv,
+            cwd=self.work,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            preexec_fn=self._demote,
         )
 
-    async def run(self, command: str, timeout_s: float, stdin: str = "", env: Optional[dict[str, str]] = None,
-                  argv: Optional[list[str]] = None) -> CommandOutcome:
+    async def run(
+        self,
+        command: str,
+        timeout_s: float,
+        stdin: str = "",
+        env: dict[str, str] | None = None,
+        argv: list[str] | None = None,
+    ) -> CommandOutcome:
         """Run a shell command (``argv``, default ``bash -c command``) to completion in the sandbox;
         kills its process group at the timeout."""
         started = time.monotonic()
         pipe = asyncio.subprocess.PIPE
-        proc = await self.spawn(argv or ["bash", "-c", command], env or self.env(), pipe, pipe,
-                                stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
+        proc = await self.spawn(
+            argv or ["bash", "-c", command],
+            env or self.env(),
+            pipe,
+            pipe,
+            stdin=pipe if stdin else asyncio.subprocess.DEVNULL,
+        )
         try:
             out, err = await asyncio.wait_for(_communicate(proc, stdin.encode()), timeout_s)
-            return CommandOutcome(command=command, exit_code=proc.returncode, stdout=_text(out), stderr=_text(err),
-                                  duration_s=time.monotonic() - started)
-        except asyncio.TimeoutError:
+            return CommandOutcome(
+                command=command,
+                exit_code=proc.returncode,
+                stdout=_text(out),
+                stderr=_text(err),
+                duration_s=time.monotonic() - started,
+            )
+        except TimeoutError:
             self.kill_group(proc.pid)
             try:  # a process that left the group may still hold the pipes open
                 out, err = await asyncio.wait_for(_communicate(proc, b""), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 out, err = b"", b""
-            return CommandOutcome(command=command, exit_code=None, stdout=_text(out), stderr=_text(err),
-                                  duration_s=time.monotonic() - started, timed_out=True)
+            return CommandOutcome(
+                command=command,
+                exit_code=None,
+                stdout=_text(out),
+                stderr=_text(err),
+                duration_s=time.monotonic() - started,
+                timed_out=True,
+            )
 
     def helper_argv(self, command: str) -> list[str]:
         """The command line of one of the ``inside`` helpers (isolated mode: no user site-packages,
@@ -172,8 +208,10 @@ class Sandbox:
         pipe = asyncio.subprocess.PIPE
         proc = await self.spawn(self.helper_argv(command), self.env(), pipe, pipe, stdin=pipe)
         try:
-            out, err = await asyncio.wait_for(_communicate(proc, orjson.dumps(payload), HELPER_OUTPUT_BYTES), HELPER_TIMEOUT_S)
-        except asyncio.TimeoutError:
+            out, err = await asyncio.wait_for(
+                _communicate(proc, orjson.dumps(payload), HELPER_OUTPUT_BYTES), HELPER_TIMEOUT_S
+            )
+        except TimeoutError:
             self.kill_group(proc.pid)
             raise SandboxError(f"sandbox helper timed out after {HELPER_TIMEOUT_S:g}s") from None
         if proc.returncode < 0:
@@ -187,8 +225,14 @@ class Sandbox:
         if files:
             await self._helper("place", files)
 
-    async def list_files(self, max_files: int = 64, max_bytes: int = 64 * 1024, max_total: int = 1 << 20,
-                         max_entries: int = 20_000, max_skipped: int = 256) -> tuple[dict[str, str], list[str]]:
+    async def list_files(
+        self,
+        max_files: int = 64,
+        max_bytes: int = 64 * 1024,
+        max_total: int = 1 << 20,
+        max_entries: int = 20_000,
+        max_skipped: int = 256,
+    ) -> tuple[dict[str, str], list[str]]:
         """Text of the work dir's regular files (symlinks skipped, ``.git`` left out), read by the
         uid itself: at most ``max_files`` files of ``max_bytes`` each, ``max_total`` bytes in all,
         after looking at ``max_entries`` names; and the paths of up to ``max_skipped`` files left out.
@@ -230,8 +274,13 @@ class Sandbox:
         read, write = os.pipe()
         try:
             packer = await self.spawn(self.helper_argv("pack"), self.env(), write, asyncio.subprocess.PIPE)
-            unpacker = await other.spawn(other.helper_argv("unpack"), other.env(), asyncio.subprocess.DEVNULL,
-                                         asyncio.subprocess.PIPE, stdin=read)
+            unpacker = await other.spawn(
+                other.helper_argv("unpack"),
+                other.env(),
+                asyncio.subprocess.DEVNULL,
+                asyncio.subprocess.PIPE,
+                stdin=read,
+            )
         except OSError as exc:  # no work dir: the rollout ended before its sandbox was made
             raise SandboxError(f"cannot start the copy: {exc}") from None
         finally:
@@ -239,8 +288,9 @@ class Sandbox:
             os.close(write)
         try:
             (_, packed), (_, unpacked) = await asyncio.wait_for(
-                asyncio.gather(_communicate(packer, b""), _communicate(unpacker, b"")), timeout_s)
-        except asyncio.TimeoutError:
+                asyncio.gather(_communicate(packer, b""), _communicate(unpacker, b"")), timeout_s
+            )
+        except TimeoutError:
             self.kill_group(packer.pid)
             other.kill_group(unpacker.pid)
             raise SandboxError(f"copying the work dir took longer than {timeout_s:g}s") from None
@@ -258,7 +308,7 @@ class Sandbox:
         finally:
             os.close(fd)
 
-    def _check_limits(self, with_disk: bool) -> Optional[str]:
+    def _check_limits(self, with_disk: bool) -> str | None:
         try:
             return self._usage_over_limits(with_disk)
         except usage.HiddenFiles as exc:
@@ -266,7 +316,7 @@ class Sandbox:
         except tree.TreeLimit as exc:
             return f"work dir limit: {exc}"
 
-    def _usage_over_limits(self, with_disk: bool) -> Optional[str]:
+    def _usage_over_limits(self, with_disk: bool) -> str | None:
         memory = usage.memory_bytes(self.uid) / MB
         if memory > self.limits.memory_mb:
             return f"memory limit: {memory:.0f} MB (resident, memfd, shared memory) > {self.limits.memory_mb} MB"
@@ -309,8 +359,9 @@ def clean_stale(root: Path, uids: list[int]) -> int:
     return len(stale)
 
 
-async def _communicate(proc: asyncio.subprocess.Process, data: bytes,
-                       limit: int = OUTPUT_TAIL_BYTES) -> tuple[bytes, bytes]:
+async def _communicate(
+    proc: asyncio.subprocess.Process, data: bytes, limit: int = OUTPUT_TAIL_BYTES
+) -> tuple[bytes, bytes]:
     """Feed stdin (ignoring a program that exits without reading it) and collect the last ``limit``
     bytes of stdout and of stderr."""
 
@@ -329,7 +380,7 @@ async def _communicate(proc: asyncio.subprocess.Process, data: bytes,
     return out, err
 
 
-async def _tail(stream: Optional[asyncio.StreamReader], limit: int = OUTPUT_TAIL_BYTES) -> bytes:
+async def _tail(stream: asyncio.StreamReader | None, limit: int = OUTPUT_TAIL_BYTES) -> bytes:
     """The last ``limit`` bytes of a stream, read to its end (a program may print without bound);
     b"" for an output that is not a pipe of ours."""
     kept = bytearray()
@@ -342,11 +393,13 @@ async def _tail(stream: Optional[asyncio.StreamReader], limit: int = OUTPUT_TAIL
     return bytes(kept[-limit:])
 
 
-def _text(data: Optional[bytes], limit: int = OUTPUT_TAIL_BYTES) -> str:
+def _text(data: bytes | None, limit: int = OUTPUT_TAIL_BYTES) -> str:
     return (data or b"")[-limit:].decode(errors="replace")
 
 
-def close_shared_dirs(candidates: tuple[str, ...] = ("/tmp", "/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue")) -> list[str]:
+def close_shared_dirs(
+    candidates: tuple[str, ...] = ("/tmp", "/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue"),
+) -> list[str]:
     """Take write permission for others off the shared temp dirs and every world-writable mount
     point (a sandbox uid could park files there, outside its disk limit and beyond its rollout);
     each sandbox has its own TMPDIR instead. Returns the paths changed."""

@@ -1,6 +1,6 @@
 """Starting rollouts, shared by both front ends: the HTTP API and OpenEnv's ``run_rollout`` tool."""
 
-from typing import Any, Optional
+from typing import Any
 
 from opencode_env_client.models import RolloutRequest
 
@@ -12,7 +12,7 @@ from .settings import Settings, normalize_upstream
 class ServiceError(Exception):
     """A request the service refuses; ``status`` is its HTTP status, ``data`` extra detail."""
 
-    def __init__(self, status: int, message: str, data: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, status: int, message: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -26,7 +26,7 @@ class RolloutService:
     def __init__(self, settings: Settings, manager: RolloutManager) -> None:
         self.settings = settings
         self.manager = manager
-        self.proxy: Optional[Proxy] = None
+        self.proxy: Proxy | None = None
         self._models: dict[str, str] = {}  # upstream base URL -> the first model it lists
 
     async def model_for(self, request: RolloutRequest) -> str:
@@ -45,13 +45,19 @@ class RolloutService:
     async def start(self, request: RolloutRequest) -> Rollout:
         """Start a rollout, or raise ``ServiceError`` (403 upstream not allowed, 502 no model, 503 busy or stopping)."""
         if request.upstream_url is not None and not self.settings.upstream_allowed(request.upstream_url):
-            raise ServiceError(403, f"upstream_url {request.upstream_url!r} is not allowed: the service sends model "
-                                    "calls only to INFERENCE_URL and the URLs in ALLOWED_UPSTREAMS")
+            raise ServiceError(
+                403,
+                f"upstream_url {request.upstream_url!r} is not allowed: the service sends model "
+                "calls only to INFERENCE_URL and the URLs in ALLOWED_UPSTREAMS",
+            )
         if self.manager.stopping.is_set():
             raise ServiceError(503, "the service is shutting down; retry once it is back")
         model = await self.model_for(request)
         try:
             return self.manager.create(request, model)
         except CapacityError as exc:
-            raise ServiceError(503, str(exc), {"active_rollouts": self.manager.active,
-                                               "max_rollouts": self.settings.max_concurrent_rollouts}) from None
+            raise ServiceError(
+                503,
+                str(exc),
+                {"active_rollouts": self.manager.active, "max_rollouts": self.settings.max_concurrent_rollouts},
+            ) from None

@@ -4,7 +4,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -20,10 +19,16 @@ def _providers(env: os._Environ | dict[str, str]) -> dict[str, Provider]:
     """OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL and HF_ROUTER_BASE_URL / HF_ROUTER_API_KEY (or
     HF_TOKEN) / HF_ROUTER_MODEL, with upstream's defaults."""
     return {
-        "openai": Provider(env.get("OPENAI_BASE_URL", "https://api.openai.com/v1"), env.get("OPENAI_API_KEY", ""),
-                           env.get("OPENAI_MODEL", "gpt-4o-mini")),
-        "hf_router": Provider(env.get("HF_ROUTER_BASE_URL", "https://router.huggingface.co/v1"),
-                              env.get("HF_ROUTER_API_KEY", env.get("HF_TOKEN", "")), env.get("HF_ROUTER_MODEL", "")),
+        "openai": Provider(
+            env.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+            env.get("OPENAI_API_KEY", ""),
+            env.get("OPENAI_MODEL", "gpt-4o-mini"),
+        ),
+        "hf_router": Provider(
+            env.get("HF_ROUTER_BASE_URL", "https://router.huggingface.co/v1"),
+            env.get("HF_ROUTER_API_KEY", env.get("HF_TOKEN", "")),
+            env.get("HF_ROUTER_MODEL", ""),
+        ),
     }
 
 
@@ -62,7 +67,8 @@ class Settings:
     def from_env(cls) -> "Settings":
         """PORT, INFERENCE_URL, INFERENCE_MODEL, MAX_CONCURRENT_ROLLOUTS, SANDBOX_ROOT, TRACES_DIR,
         SANDBOX_UID_BASE (seat i's agent runs as SANDBOX_UID_BASE+i), VERIFIER_UID_BASE (seat i's held-out
-        checks run as VERIFIER_UID_BASE+i, a uid its agent never had), SANDBOX_NETWORK_ISOLATION (on/off), UPSTREAM_TIMEOUT_S, OPENCODE_BIN, SANDBOX_HELPER_PYTHON (the interpreter that places,
+        checks run as VERIFIER_UID_BASE+i, a uid its agent never had), SANDBOX_NETWORK_ISOLATION (on/off),
+        UPSTREAM_TIMEOUT_S, OPENCODE_BIN, SANDBOX_HELPER_PYTHON (the interpreter that places,
         lists and copies a sandbox's files as its uid; default: the service's), AGENT_PREWARM (on/off:
         keep a started, warmed-up OpenCode server ready in each free sandbox seat), AGENT_SPARES (seats beyond
         MAX_CONCURRENT_ROLLOUTS, so warm servers are ready while given-back seats warm up again),
@@ -96,7 +102,9 @@ class Settings:
             agent_spares=int(env.get("AGENT_SPARES", cls.agent_spares)),
             agent_port_base=int(env.get("AGENT_PORT_BASE", cls.agent_port_base)),
             sandbox_proxy_port_base=int(env.get("SANDBOX_PROXY_PORT_BASE", cls.sandbox_proxy_port_base)),
-            allowed_upstreams=tuple(normalize_upstream(u) for u in env.get("ALLOWED_UPSTREAMS", "").split(",") if u.strip()),
+            allowed_upstreams=tuple(
+                normalize_upstream(u) for u in env.get("ALLOWED_UPSTREAMS", "").split(",") if u.strip()
+            ),
             max_body_bytes=int(env.get("PROXY_MAX_BODY_BYTES", cls.max_body_bytes)),
             api_max_body_bytes=int(env.get("API_MAX_BODY_BYTES", cls.api_max_body_bytes)),
             header_timeout_s=float(env.get("HTTP_HEADER_TIMEOUT_S", cls.header_timeout_s)),
@@ -130,7 +138,7 @@ class Settings:
     def sandbox_proxy_port(self, seat: int) -> int:
         return self.sandbox_proxy_port_base + seat
 
-    def seat_of_proxy_port(self, port: int) -> Optional[int]:
+    def seat_of_proxy_port(self, port: int) -> int | None:
         """The seat whose sandbox proxy listens on ``port``, or None for the service's own port."""
         seat = port - self.sandbox_proxy_port_base
         return seat if 0 <= seat < self.seats and port != self.port else None
@@ -141,12 +149,14 @@ class Settings:
 
     def check(self) -> None:
         """Refuse settings whose port ranges overlap (a sandbox could then reach the API)."""
-        ranges = {"PORT": range(self.port, self.port + 1),
-                  "AGENT_PORT_BASE": range(self.agent_port_base, self.agent_port_base + self.seats),
-                  "SANDBOX_PROXY_PORT_BASE": range(self.sandbox_proxy_port_base, self.sandbox_proxy_port_base + self.seats)}
+        ranges = {
+            "PORT": range(self.port, self.port + 1),
+            "AGENT_PORT_BASE": range(self.agent_port_base, self.agent_port_base + self.seats),
+            "SANDBOX_PROXY_PORT_BASE": range(self.sandbox_proxy_port_base, self.sandbox_proxy_port_base + self.seats),
+        }
         names = list(ranges)
         for i, a in enumerate(names):
-            for b in names[i + 1:]:
+            for b in names[i + 1 :]:
                 if set(ranges[a]) & set(ranges[b]):
                     raise SystemExit(f"{a} and {b} overlap for {self.seats} seats; move one of them")
         seat_uids = range(self.sandbox_uid_base, self.sandbox_uid_base + self.seats)

@@ -3,14 +3,15 @@
 import json
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Collection, Optional
+from typing import Any
 
 import orjson
 from opencode_env_client.models import Turn
 
 
-def extends(previous: Optional[Turn], prompt_ids: list[int]) -> Optional[bool]:
+def extends(previous: Turn | None, prompt_ids: list[int]) -> bool | None:
     """Whether ``prompt_ids`` starts with the previous turn's prompt + completion ids exactly."""
     if previous is None or not previous.ok:
         return None
@@ -29,19 +30,25 @@ def training_trace(turns: list[Turn], rollout_id: str) -> dict[str, Any]:
         if not t.ok:
             continue
         mask = [0] * len(t.prompt_token_ids) + [1 if t.trainable else 0] * len(t.completion_token_ids)
-        rows.append({
-            "node_id": f"{rollout_id}:{t.turn}",
-            "prompt_token_ids": t.prompt_token_ids,
-            "completion_token_ids": t.completion_token_ids,
-            "per_token_logps": t.per_token_logps,
-            "loss_mask": mask,
-            "request": t.request,
-            "response": t.response,
-            "metadata": {
-                "turn": t.turn, "trainable": t.trainable, "prefix_consistent": t.prefix_consistent,
-                "finish_reason": t.finish_reason, "weight_version": t.weight_version, "latency_s": t.latency_s,
-            },
-        })
+        rows.append(
+            {
+                "node_id": f"{rollout_id}:{t.turn}",
+                "prompt_token_ids": t.prompt_token_ids,
+                "completion_token_ids": t.completion_token_ids,
+                "per_token_logps": t.per_token_logps,
+                "loss_mask": mask,
+                "request": t.request,
+                "response": t.response,
+                "metadata": {
+                    "turn": t.turn,
+                    "trainable": t.trainable,
+                    "prefix_consistent": t.prefix_consistent,
+                    "finish_reason": t.finish_reason,
+                    "weight_version": t.weight_version,
+                    "latency_s": t.latency_s,
+                },
+            }
+        )
     return {"schema_version": 1, "turns": rows}
 
 
@@ -70,13 +77,15 @@ class TraceStore:
             f.write(orjson.dumps(summary))
         os.rename(self.root / f".{rollout_id}.json.tmp", self.root / f"{rollout_id}.json")
 
-    def load(self, rollout_id: str) -> Optional[tuple[dict[str, Any], list[Turn]]]:
+    def load(self, rollout_id: str) -> tuple[dict[str, Any], list[Turn]] | None:
         """A rollout written before, e.g. by a previous run of the service."""
         summary_path = self.root / f"{rollout_id}.json"
         if "/" in rollout_id or rollout_id.startswith(".") or not summary_path.exists():
             return None
         turns_path = self.root / f"{rollout_id}.turns.jsonl"
-        turns = [Turn(**json.loads(line)) for line in turns_path.read_text().splitlines()] if turns_path.exists() else []
+        turns = (
+            [Turn(**json.loads(line)) for line in turns_path.read_text().splitlines()] if turns_path.exists() else []
+        )
         return json.loads(summary_path.read_text()), turns
 
     def mark_unfinished(self, final: Collection[str], status: str, detail: str) -> int:

@@ -11,8 +11,8 @@ Imported by the helpers that run as a sandbox's uid (``inside``): standard libra
 import os
 import stat
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
 
 MAX_DEPTH = 256
 MAX_ENTRIES = 1_000_000
@@ -38,8 +38,12 @@ class Entry:
         return stat.S_ISDIR(self.info.st_mode)
 
 
-def walk(root_fd: int, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES,
-         prune: Optional[Callable[[str], bool]] = None) -> Iterator[Entry]:
+def walk(
+    root_fd: int,
+    max_depth: int = MAX_DEPTH,
+    max_entries: int = MAX_ENTRIES,
+    prune: Callable[[str], bool] | None = None,
+) -> Iterator[Entry]:
     """Every name under the directory ``root_fd``, a directory's entries before its subdirectories'
     (depth first, names sorted); links are reported, never followed. Directories whose path
     ``prune`` accepts are reported but not entered. Raises ``TreeLimit`` past the bounds."""
@@ -95,8 +99,12 @@ def remove(path: os.PathLike | str, timeout_s: float = REMOVE_TIMEOUT_S) -> None
     """Remove ``path`` and everything under it, however deep (no error if it is gone); raises
     ``OSError`` if it could not. Call it only once no process can change the tree any more."""
     try:
-        done = subprocess.run(["rm", "-rf", "--one-file-system", "--", os.fspath(path)], capture_output=True,
-                              stdin=subprocess.DEVNULL, timeout=timeout_s)
+        done = subprocess.run(
+            ["rm", "-rf", "--one-file-system", "--", os.fspath(path)],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         raise OSError(f"removing {path} took longer than {timeout_s:g}s") from None
     if done.returncode != 0:

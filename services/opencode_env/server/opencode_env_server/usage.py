@@ -13,7 +13,7 @@ import os
 import stat
 import subprocess
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import tree
 from .processes import Process, processes_of
@@ -118,8 +118,9 @@ def disk_bytes(root_fd: int, uid: int) -> int:
             seen.add((info.st_dev, info.st_ino))
             total += info.st_blocks * 512
     with as_uid(uid):
-        deleted = sum(info.st_blocks * 512 for target, info in _open_files(processes_of(uid))
-                      if target.endswith(" (deleted)"))
+        deleted = sum(
+            info.st_blocks * 512 for target, info in _open_files(processes_of(uid)) if target.endswith(" (deleted)")
+        )
     return total + deleted
 
 
@@ -129,8 +130,14 @@ def remove_sysv_objects(uid: int) -> int:
     flags = {"shm": "-m", "msg": "-q", "sem": "-s"}
     found = list(sysv_objects(uid))
     if found:
-        subprocess.run(["ipcrm", *[arg for kind, ident, _ in found for arg in (flags[kind], str(ident))]],
-                       user=uid, group=uid, extra_groups=[], capture_output=True, timeout=30)
+        subprocess.run(
+            ["ipcrm", *[arg for kind, ident, _ in found for arg in (flags[kind], str(ident))]],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            capture_output=True,
+            timeout=30,
+        )
     return len(found)
 
 

@@ -30,10 +30,14 @@ CHECK_LOG_CHARS = 2000
 
 def check_env(context: Sandbox) -> dict[str, str]:
     """The checks' environment: the context's fresh HOME and TMPDIR, nothing inherited."""
-    return context.env({
-        "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
-    })
+    return context.env(
+        {
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+        }
+    )
 
 
 def output_matches(case: TestCase, stdout: str) -> bool:
@@ -42,8 +46,10 @@ def output_matches(case: TestCase, stdout: str) -> bool:
     if case.compare == "exact":
         return stdout == expected
     if case.compare == "lines":
+
         def lines(text: str) -> list[str]:
             return [line.rstrip() for line in text.rstrip().split("\n")]
+
         return lines(stdout) == lines(expected)
     if case.compare == "tokens":
         return stdout.split() == expected.split()
@@ -51,16 +57,24 @@ def output_matches(case: TestCase, stdout: str) -> bool:
 
 
 def _result(kind: str, passed: bool, run: CommandOutcome, **where) -> CheckResult:
-    return CheckResult(kind=kind, passed=passed, exit_code=run.exit_code, timed_out=run.timed_out,
-                       stdout=run.stdout[-CHECK_LOG_CHARS:], stderr=run.stderr[-CHECK_LOG_CHARS:],
-                       duration_s=run.duration_s, **where)
+    return CheckResult(
+        kind=kind,
+        passed=passed,
+        exit_code=run.exit_code,
+        timed_out=run.timed_out,
+        stdout=run.stdout[-CHECK_LOG_CHARS:],
+        stderr=run.stderr[-CHECK_LOG_CHARS:],
+        duration_s=run.duration_s,
+        **where,
+    )
 
 
 def _all_failed(task: Task, reason: str) -> list[CheckResult]:
     """Every check failed for ``reason`` (the work dir could not be carried over to them)."""
     run = CommandOutcome(command="", exit_code=None, stdout="", stderr=reason, duration_s=0.0)
-    return ([_result("test", False, run, index=i) for i in range(len(task.tests))]
-            + [_result("command", False, run, command=c) for c in task.verify_commands])
+    return [_result("test", False, run, index=i) for i in range(len(task.tests))] + [
+        _result("command", False, run, command=c) for c in task.verify_commands
+    ]
 
 
 class Untrusted(RuntimeError):

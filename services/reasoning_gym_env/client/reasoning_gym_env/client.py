@@ -1,6 +1,6 @@
 """WebSocket client for the reasoning-gym environment server."""
 
-from typing import Any, Dict
+from typing import Any
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
@@ -17,10 +17,10 @@ class ReasoningGymEnv(EnvClient[ReasoningGymAction, ReasoningGymObservation, Sta
     answer=...))`` scores the answer and ends the episode. Use ``.sync()`` for a blocking client.
     """
 
-    def _step_payload(self, action: ReasoningGymAction) -> Dict[str, Any]:
+    def _step_payload(self, action: ReasoningGymAction) -> dict[str, Any]:
         return {"answer": action.answer}
 
-    def _parse_result(self, payload: Dict[str, Any]) -> StepResult[ReasoningGymObservation]:
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[ReasoningGymObservation]:
         obs = payload.get("observation", {})
         observation = ReasoningGymObservation(
             question=obs.get("question"),
@@ -33,5 +33,5 @@ class ReasoningGymEnv(EnvClient[ReasoningGymAction, ReasoningGymObservation, Sta
         )
         return StepResult(observation=observation, reward=payload.get("reward"), done=payload.get("done", False))
 
-    def _parse_state(self, payload: Dict[str, Any]) -> State:
+    def _parse_state(self, payload: dict[str, Any]) -> State:
         return State(**payload)

@@ -6,7 +6,7 @@ and the ``*Request`` models are the HTTP bodies. All input models forbid unknown
 argument is an error naming it, never silently dropped.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from openenv.core.env_server.types import Action, Observation
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
@@ -21,10 +21,10 @@ class ReasoningGymAction(Action):
 class ReasoningGymObservation(Observation):
     """A question (after reset) or the scored answer (after step)."""
 
-    question: Optional[str] = Field(default=None, description="The current question (reset only)")
-    score: Optional[float] = Field(default=None, description="Score of the answer, 0.0 to 1.0 (step only)")
-    correct_answer: Optional[str] = Field(default=None, description="The reference answer (step only)")
-    dataset_metadata: Optional[Dict[str, Any]] = Field(
+    question: str | None = Field(default=None, description="The current question (reset only)")
+    score: float | None = Field(default=None, description="Score of the answer, 0.0 to 1.0 (step only)")
+    correct_answer: str | None = Field(default=None, description="The reference answer (step only)")
+    dataset_metadata: dict[str, Any] | None = Field(
         default=None, description="Metadata of the reasoning-gym dataset entry (step only)"
     )
 
@@ -35,20 +35,20 @@ class ReasoningGymReset(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset_name: Optional[StrictStr] = Field(default=None, description="reasoning-gym dataset name, or 'composite'")
-    dataset_config: Optional[Dict[str, Any]] = Field(default=None, description="The dataset's config fields")
-    dataset_specs: Optional[List[Dict[str, Any]]] = Field(
+    dataset_name: StrictStr | None = Field(default=None, description="reasoning-gym dataset name, or 'composite'")
+    dataset_config: dict[str, Any] | None = Field(default=None, description="The dataset's config fields")
+    dataset_specs: list[dict[str, Any]] | None = Field(
         default=None, description="For 'composite': [{name, weight, config}, ...]"
     )
-    seed: Optional[StrictInt] = Field(default=None, description="Dataset seed (required with dataset_name)")
-    size: Optional[StrictInt] = Field(default=None, description="Dataset size (required with dataset_name)")
-    episode_id: Optional[StrictStr] = Field(default=None, max_length=255, description="Id reported by state()")
+    seed: StrictInt | None = Field(default=None, description="Dataset seed (required with dataset_name)")
+    size: StrictInt | None = Field(default=None, description="Dataset size (required with dataset_name)")
+    episode_id: StrictStr | None = Field(default=None, max_length=255, description="Id reported by state()")
 
 
 class ReasoningGymResetRequest(ReasoningGymReset):
     """``POST /reset`` body: reset arguments plus the HTTP session fields."""
 
-    session_id: Optional[StrictStr] = Field(default=None, description="Continue this HTTP session")
+    session_id: StrictStr | None = Field(default=None, description="Continue this HTTP session")
     open_session: StrictBool = Field(default=False, description="Open an HTTP session and return its session_id")
 
 
@@ -58,6 +58,6 @@ class ReasoningGymStepRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     action: ReasoningGymAction
-    session_id: Optional[StrictStr] = Field(default=None, description="The HTTP session to step")
-    timeout_s: Optional[float] = None
-    request_id: Optional[StrictStr] = None
+    session_id: StrictStr | None = Field(default=None, description="The HTTP session to step")
+    timeout_s: float | None = None
+    request_id: StrictStr | None = None

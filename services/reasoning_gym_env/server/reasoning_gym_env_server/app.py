@@ -4,7 +4,8 @@ import asyncio
 import contextlib
 import gc
 import logging
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -25,12 +26,20 @@ class EnvServerApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.notices = notices = RateLimitedLog(log, settings.log_lines_per_minute)
-        self.pool = WorkerPool(settings.dataset_workers, settings.dataset_build_timeout_s,
-                               settings.dataset_build_memory_mb, settings.max_message_bytes, notices)
+        self.pool = WorkerPool(
+            settings.dataset_workers,
+            settings.dataset_build_timeout_s,
+            settings.dataset_build_memory_mb,
+            settings.max_message_bytes,
+            notices,
+        )
         self.episodes = EpisodeCounter()
         self.registry = SessionRegistry(
-            settings.max_concurrent_envs, settings.max_http_sessions, settings.session_idle_timeout_s,
-            lambda: ReasoningGymEnvironment(self.pool, settings.max_dataset_size, self.episodes), notices,
+            settings.max_concurrent_envs,
+            settings.max_http_sessions,
+            settings.session_idle_timeout_s,
+            lambda: ReasoningGymEnvironment(self.pool, settings.max_dataset_size, self.episodes),
+            notices,
         )
         self.http = _http_app(self)
 
@@ -57,9 +66,17 @@ def _http_app(server: EnvServerApp) -> FastAPI:
             "reasoning-gym env server ready: http://%s:%d (WebSocket ws://%s:%d/ws), MAX_CONCURRENT_ENVS=%d, "
             "MAX_HTTP_SESSIONS=%d, SESSION_IDLE_TIMEOUT_S=%g, MAX_MESSAGE_BYTES=%d, DATASET_WORKERS=%d, "
             "DATASET_BUILD_TIMEOUT_S=%g, DATASET_BUILD_MEMORY_MB=%d, MAX_DATASET_SIZE=%d",
-            settings.host, settings.port, settings.host, settings.port, settings.max_concurrent_envs,
-            settings.max_http_sessions, settings.session_idle_timeout_s, settings.max_message_bytes,
-            settings.dataset_workers, settings.dataset_build_timeout_s, settings.dataset_build_memory_mb,
+            settings.host,
+            settings.port,
+            settings.host,
+            settings.port,
+            settings.max_concurrent_envs,
+            settings.max_http_sessions,
+            settings.session_idle_timeout_s,
+            settings.max_message_bytes,
+            settings.dataset_workers,
+            settings.dataset_build_timeout_s,
+            settings.dataset_build_memory_mb,
             settings.max_dataset_size,
         )
         try:
@@ -79,7 +96,7 @@ def _http_app(server: EnvServerApp) -> FastAPI:
     return app
 
 
-def create_app(settings: Optional[Settings] = None) -> EnvServerApp:
+def create_app(settings: Settings | None = None) -> EnvServerApp:
     """Build the server: HTTP routes, the ``/ws`` session endpoint, the idle-session reaper and the
     dataset worker processes (started and stopped with the ASGI lifespan)."""
     return EnvServerApp(settings or Settings.from_env())

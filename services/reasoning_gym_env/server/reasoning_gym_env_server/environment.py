@@ -1,7 +1,7 @@
 """The reasoning-gym environment: one question per episode, scored by the dataset itself."""
 
 import asyncio
-from typing import Any, Optional
+from typing import Any
 from uuid import uuid4
 
 from openenv.core.env_server.types import EnvironmentMetadata, State
@@ -37,32 +37,43 @@ class ReasoningGymEnvironment:
 
     ``reset`` with a ``dataset_name`` (and ``seed``, ``size``, optionally ``dataset_config`` or
     ``dataset_specs``) builds a dataset and returns its first question; a bare ``reset`` returns the
-    next question (wrapping around), building ``DEFAULT_DATASET`` first if needed; ``step(action)`` scores the answer with the dataset's own
+    next question (wrapping around), building ``DEFAULT_DATASET`` first if needed; ``step(action)``
+    scores the answer with the dataset's own
     ``score_answer`` and ends the episode (reward = score). A reset that fails leaves the dataset,
     the position and the open question as they were. Calls on one environment run one at a time.
     """
 
-    def __init__(self, pool: WorkerPool, max_dataset_size: int, episodes: Optional[EpisodeCounter] = None) -> None:
+    def __init__(self, pool: WorkerPool, max_dataset_size: int, episodes: EpisodeCounter | None = None) -> None:
         self._pool = pool
         self._episodes = episodes or EpisodeCounter()
         self._max_dataset_size = max_dataset_size
         self._lock = asyncio.Lock()
-        self._stream: Optional[QuestionStream] = None
-        self._question: Optional[Question] = None
-        self._episode_id: Optional[str] = None
+        self._stream: QuestionStream | None = None
+        self._question: Question | None = None
+        self._episode_id: str | None = None
         self._step_count = 0
 
-    async def reset(self, arguments: Optional[ReasoningGymReset] = None) -> ReasoningGymObservation:
+    async def reset(self, arguments: ReasoningGymReset | None = None) -> ReasoningGymObservation:
         """Start an episode; see the class docstring for the argument rules."""
         arguments = arguments or BARE_RESET
         name = arguments.dataset_name
-        if name is None and (arguments.dataset_config is not None or arguments.dataset_specs is not None
-                             or arguments.size is not None):
+        if name is None and (
+            arguments.dataset_config is not None or arguments.dataset_specs is not None or arguments.size is not None
+        ):
             raise EnvInputError("'dataset_config', 'dataset_specs' and 'size' need 'dataset_name'")
         if name is not None or self._stream is None:
-            request = (dataset_request(name, arguments.seed, arguments.size, self._max_dataset_size,
-                                       arguments.dataset_config, arguments.dataset_specs)
-                       if name is not None else DEFAULT_DATASET)
+            request = (
+                dataset_request(
+                    name,
+                    arguments.seed,
+                    arguments.size,
+                    self._max_dataset_size,
+                    arguments.dataset_config,
+                    arguments.dataset_specs,
+                )
+                if name is not None
+                else DEFAULT_DATASET
+            )
         async with self._lock:
             if name is not None or self._stream is None:
                 stream = await QuestionStream.open(self._pool, request)
@@ -82,7 +93,9 @@ class ReasoningGymEnvironment:
         """
         async with self._lock:
             if self._question is None or self._stream is None:
-                raise EnvInputError("step() before reset(): call reset() to get a question first", ErrorCode.SESSION_ERROR)
+                raise EnvInputError(
+                    "step() before reset(): call reset() to get a question first", ErrorCode.SESSION_ERROR
+                )
             self._step_count += 1
             self._episodes.total += 1
             question = self._question

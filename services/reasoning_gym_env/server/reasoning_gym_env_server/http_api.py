@@ -8,7 +8,7 @@ reaped when idle, like WebSocket ones.
 """
 
 import socket
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
@@ -68,7 +68,9 @@ async def _read_object(request: Request) -> dict[str, Any]:
         raise HTTPError(413, f"Body of {declared} bytes exceeds MAX_MESSAGE_BYTES={limit}", ErrorCode.MESSAGE_TOO_LARGE)
     body = await request.body()
     if len(body) > limit:
-        raise HTTPError(413, f"Body of {len(body)} bytes exceeds MAX_MESSAGE_BYTES={limit}", ErrorCode.MESSAGE_TOO_LARGE)
+        raise HTTPError(
+            413, f"Body of {len(body)} bytes exceeds MAX_MESSAGE_BYTES={limit}", ErrorCode.MESSAGE_TOO_LARGE
+        )
     if not body.strip():
         return {}
     try:
@@ -85,21 +87,24 @@ def _validated(model: type[Body], what: str, payload: dict[str, Any]) -> Body:
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
-        raise HTTPError(422, validation_message(what, exc), ErrorCode.VALIDATION_ERROR,
-                        errors=validation_errors(exc)) from None
+        raise HTTPError(
+            422, validation_message(what, exc), ErrorCode.VALIDATION_ERROR, errors=validation_errors(exc)
+        ) from None
 
 
 def _session(registry: SessionRegistry, session_id: str) -> Session:
     session = registry.get(session_id)
     if session is None:
         raise HTTPError(
-            404, f"Unknown or expired session_id {session_id[:100]!r}; POST /reset with \"open_session\": true to start one", ErrorCode.SESSION_ERROR
+            404,
+            f'Unknown or expired session_id {session_id[:100]!r}; POST /reset with "open_session": true to start one',
+            ErrorCode.SESSION_ERROR,
         )
     session.touch()
     return session
 
 
-def _observation_reply(observation: ReasoningGymObservation, session: Optional[Session]) -> Response:
+def _observation_reply(observation: ReasoningGymObservation, session: Session | None) -> Response:
     reply = observation_payload(observation)
     return _json({**reply, "session_id": session.id} if session is not None else reply)
 
@@ -160,7 +165,7 @@ async def reset(request: Request) -> Response:
     registry: SessionRegistry = request.app.state.registry
     body = _validated(ReasoningGymResetRequest, "reset arguments", await _read_object(request))
     if body.session_id is not None:
-        session: Optional[Session] = _session(registry, body.session_id)
+        session: Session | None = _session(registry, body.session_id)
     elif body.open_session:
         try:
             session = registry.open("http")
@@ -206,7 +211,7 @@ async def step(request: Request) -> Response:
 
 
 @router.get("/state")
-async def state(request: Request, session_id: Optional[str] = None) -> Response:
+async def state(request: Request, session_id: str | None = None) -> Response:
     """State of an HTTP session, or of a fresh environment without ``session_id``."""
     if session_id is None:
         return _json(request.app.state.registry.new_env().state.model_dump())

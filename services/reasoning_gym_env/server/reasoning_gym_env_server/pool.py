@@ -43,7 +43,9 @@ class _Worker:
 class WorkerPool:
     """``size`` worker processes; ``entries`` and ``score`` run on whichever is idle."""
 
-    def __init__(self, size: int, timeout_s: float, memory_mb: int, max_entry_bytes: int, warnings: RateLimitedLog) -> None:
+    def __init__(
+        self, size: int, timeout_s: float, memory_mb: int, max_entry_bytes: int, warnings: RateLimitedLog
+    ) -> None:
         self.size = size
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb

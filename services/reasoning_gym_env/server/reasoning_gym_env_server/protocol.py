@@ -74,20 +74,24 @@ async def handle_frame(env: ReasoningGymEnvironment, frame: Any) -> dict[str, An
     allowed = FRAME_KEYS.get(kind) if isinstance(kind, str) else None
     if allowed is None:
         return error_frame(
-            f"Unknown message type {str(kind)[:100]!r}; expected one of reset, step, state, close", ErrorCode.UNKNOWN_TYPE
+            f"Unknown message type {str(kind)[:100]!r}; expected one of reset, step, state, close",
+            ErrorCode.UNKNOWN_TYPE,
         )
     if len(frame) > len(allowed) or not frame.keys() <= allowed:
         unknown = sorted(str(key)[:100] for key in frame.keys() - allowed)[:10]
-        return error_frame(f"Unknown keys {unknown} in a '{kind}' message; allowed: {', '.join(sorted(allowed))}",
-                           ErrorCode.VALIDATION_ERROR)
+        return error_frame(
+            f"Unknown keys {unknown} in a '{kind}' message; allowed: {', '.join(sorted(allowed))}",
+            ErrorCode.VALIDATION_ERROR,
+        )
     try:
         if kind in ("step", "reset"):
             parse, what = (parse_action, "action") if kind == "step" else (parse_reset, "reset arguments")
             try:
                 data = parse(frame.get("data"))
             except ValidationError as exc:
-                return error_frame(validation_message(what, exc), ErrorCode.VALIDATION_ERROR,
-                                   errors=validation_errors(exc))
+                return error_frame(
+                    validation_message(what, exc), ErrorCode.VALIDATION_ERROR, errors=validation_errors(exc)
+                )
             observation = await (env.step(data) if kind == "step" else env.reset(data))
             return {"type": "observation", "data": observation_payload(observation)}
         if kind == "state":

@@ -3,7 +3,7 @@
 import asyncio
 import pickle
 from collections import deque
-from typing import Any, Optional
+from typing import Any
 
 from .errors import DatasetError, EnvInputError
 from .pool import WorkerPool
@@ -39,7 +39,7 @@ class QuestionStream:
         self._buffer: deque[tuple[int, bytes]] = deque((i % request.size, blob) for i, blob in enumerate(first))
         self._buffered_bytes = sum(len(blob) for blob in first)
         self._fetch_from = len(first) % request.size
-        self._prefetch: Optional[asyncio.Task] = None
+        self._prefetch: asyncio.Task | None = None
 
     @classmethod
     async def open(cls, pool: WorkerPool, request: DatasetRequest) -> "QuestionStream":
@@ -59,8 +59,10 @@ class QuestionStream:
             try:
                 return self._inline_scorer(answer, question.entry)
             except Exception as exc:  # a reasoning-gym bug on this entry: reported as a worker's would be
-                raise DatasetError(f"reasoning-gym failed while scoring an answer for '{self.request.name}': "
-                                   f"{type(exc).__name__}: {exc}"[:2000]) from None
+                raise DatasetError(
+                    f"reasoning-gym failed while scoring an answer for '{self.request.name}': "
+                    f"{type(exc).__name__}: {exc}"[:2000]
+                ) from None
         return await self.pool.score(self.request, question.blob, answer)
 
     async def next(self) -> Question:
@@ -71,8 +73,11 @@ class QuestionStream:
             await self._fill()
         question = Question(*self._buffer.popleft())
         self._buffered_bytes -= len(question.blob)
-        if (len(self._buffer) <= LOW_WATER and self._buffered_bytes < self.pool.max_entry_bytes
-                and self._prefetch is None):
+        if (
+            len(self._buffer) <= LOW_WATER
+            and self._buffered_bytes < self.pool.max_entry_bytes
+            and self._prefetch is None
+        ):
             self._prefetch = asyncio.create_task(self._fill_in_background())
         return question
 

@@ -48,6 +48,10 @@ class RateLimitedLog:
         if now - self._window_start < self.WINDOW_S:
             return
         if self._suppressed:
-            self.logger.warning("suppressed %d log lines in the last %.0f s (LOG_LINES_PER_MINUTE=%d)",
-                                self._suppressed, now - self._window_start, self.per_minute)
+            self.logger.warning(
+                "suppressed %d log lines in the last %.0f s (LOG_LINES_PER_MINUTE=%d)",
+                self._suppressed,
+                now - self._window_start,
+                self.per_minute,
+            )
         self._window_start, self._logged, self._suppressed = now, 0, 0

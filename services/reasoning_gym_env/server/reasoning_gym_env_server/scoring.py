@@ -13,7 +13,8 @@ sympy), no arithmetic whose cost grows with the value of a number. The tests pin
 them until the entry is read again. The measured worst case is in docs/benchmarks.md.
 """
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from reasoning_gym.factory import DATASETS
 
@@ -45,7 +46,7 @@ def scorer_name(function: Callable) -> str:
     return f"{function.__module__}.{function.__qualname__}"
 
 
-def inline_scorer(dataset_name: str) -> Optional[Scorer]:
+def inline_scorer(dataset_name: str) -> Scorer | None:
     """The dataset's own ``score_answer`` as ``(answer, entry) -> score`` when it is on the
     allow-list, else None (score in a worker). ``composite`` always scores in a worker."""
     registered = DATASETS.get(dataset_name)

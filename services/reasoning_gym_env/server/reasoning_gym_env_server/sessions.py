@@ -3,8 +3,8 @@
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Optional
 from uuid import uuid4
 
 from .environment import ReasoningGymEnvironment
@@ -23,7 +23,7 @@ class Session:
     id: str = field(default_factory=lambda: str(uuid4()))
     last_active: float = field(default_factory=time.monotonic)
     # Called once when the reaper expires the session, e.g. to close its WebSocket.
-    on_expire: Optional[Callable[[], Awaitable[None]]] = None
+    on_expire: Callable[[], Awaitable[None]] | None = None
 
     def touch(self) -> None:
         """Mark the session as active now."""
@@ -35,8 +35,12 @@ class SessionRegistry:
     ones) and expires those idle for ``idle_timeout_s``."""
 
     def __init__(
-        self, max_sessions: int, max_http_sessions: int, idle_timeout_s: float,
-        new_env: Callable[[], ReasoningGymEnvironment], notices: RateLimitedLog,
+        self,
+        max_sessions: int,
+        max_http_sessions: int,
+        idle_timeout_s: float,
+        new_env: Callable[[], ReasoningGymEnvironment],
+        notices: RateLimitedLog,
     ) -> None:
         self.max_sessions = max_sessions
         self.max_http_sessions = max_http_sessions
@@ -58,7 +62,7 @@ class SessionRegistry:
         """Number of HTTP sessions holding a slot."""
         return self._http_sessions
 
-    def open(self, kind: str, on_expire: Optional[Callable[[], Awaitable[None]]] = None) -> Session:
+    def open(self, kind: str, on_expire: Callable[[], Awaitable[None]] | None = None) -> Session:
         """Take a slot for a new ``"ws"`` or ``"http"`` session, or raise ``CapacityError``."""
         if len(self._sessions) >= self.max_sessions:
             raise CapacityError(len(self._sessions), self.max_sessions)
@@ -70,7 +74,7 @@ class SessionRegistry:
         self.opened_total += 1
         return session
 
-    def get(self, session_id: str) -> Optional[Session]:
+    def get(self, session_id: str) -> Session | None:
         """The live session with this id, if any."""
         return self._sessions.get(session_id)
 
@@ -91,8 +95,9 @@ class SessionRegistry:
                     await session.on_expire()
                 except Exception:  # the peer may already be gone; the slot is free either way
                     log.debug("closing expired %s session %s failed", session.kind, session.id, exc_info=True)
-            self.notices.log(logging.INFO, "reaped %s session %s after %.0fs idle",
-                              session.kind, session.id, self.idle_timeout_s)
+            self.notices.log(
+                logging.INFO, "reaped %s session %s after %.0fs idle", session.kind, session.id, self.idle_timeout_s
+            )
         self.reaped_total += len(expired)
         return len(expired)
 

@@ -62,10 +62,12 @@ class Settings:
             log_lines_per_minute=_env_number("LOG_LINES_PER_MINUTE", cls.log_lines_per_minute),
             log_level=os.environ.get("LOG_LEVEL", cls.log_level).lower(),
         )
-        for name, value in (("MAX_CONCURRENT_ENVS", settings.max_concurrent_envs),
-                            ("DATASET_WORKERS", settings.dataset_workers),
-                            ("DATASET_BUILD_MEMORY_MB", settings.dataset_build_memory_mb),
-                            ("MAX_DATASET_SIZE", settings.max_dataset_size)):
+        for name, value in (
+            ("MAX_CONCURRENT_ENVS", settings.max_concurrent_envs),
+            ("DATASET_WORKERS", settings.dataset_workers),
+            ("DATASET_BUILD_MEMORY_MB", settings.dataset_build_memory_mb),
+            ("MAX_DATASET_SIZE", settings.max_dataset_size),
+        ):
             if value < 1:
                 raise SystemExit(f"{name} must be at least 1")
         if settings.max_http_sessions < 0 or settings.log_lines_per_minute < 0:

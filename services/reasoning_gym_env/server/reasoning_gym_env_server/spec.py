@@ -8,7 +8,7 @@ import math
 import pickle
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Optional
+from typing import Any
 
 from reasoning_gym.factory import DATASETS
 
@@ -99,7 +99,9 @@ def _composite_specs(specs: Any) -> tuple[tuple[str, float, dict[str, Any]], ...
         if unknown:
             raise EnvInputError(f"dataset_specs[{i}] has unknown keys {sorted(unknown)}; allowed: name, weight, config")
         if spec["name"] not in DATASETS or spec["name"] == "composite":
-            raise EnvInputError(f"dataset_specs[{i}]: unknown dataset '{spec['name'][:100]}' (GET /datasets lists them)")
+            raise EnvInputError(
+                f"dataset_specs[{i}]: unknown dataset '{spec['name'][:100]}' (GET /datasets lists them)"
+            )
         config = _check_config(f"dataset_specs[{i}].config", spec.get("config") or {})
         weight = spec.get("weight", 1)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= MAX_CONFIG_NUMBER:
@@ -109,8 +111,12 @@ def _composite_specs(specs: Any) -> tuple[tuple[str, float, dict[str, Any]], ...
 
 
 def dataset_request(
-    dataset_name: str, seed: Optional[int], size: Optional[int], max_size: int,
-    dataset_config: Optional[dict[str, Any]] = None, dataset_specs: Optional[list[dict[str, Any]]] = None,
+    dataset_name: str,
+    seed: int | None,
+    size: int | None,
+    max_size: int,
+    dataset_config: dict[str, Any] | None = None,
+    dataset_specs: list[dict[str, Any]] | None = None,
 ) -> DatasetRequest:
     """Bound reset arguments (already typed by ``ReasoningGymReset``) that name a dataset; raises
     ``EnvInputError`` with a clear message."""
@@ -121,7 +127,9 @@ def dataset_request(
     config = _check_config("dataset_config", dataset_config) if dataset_config is not None else {}
     if dataset_name == "composite":
         if config:
-            raise EnvInputError("dataset_name 'composite' takes each dataset's config in 'dataset_specs', not 'dataset_config'")
+            raise EnvInputError(
+                "dataset_name 'composite' takes each dataset's config in 'dataset_specs', not 'dataset_config'"
+            )
         return DatasetRequest(dataset_name, seed, size, {}, _composite_specs(dataset_specs))
     if dataset_specs is not None:
         raise EnvInputError("'dataset_specs' is only for dataset_name 'composite'")

@@ -5,7 +5,8 @@ layers between the socket and the environment, and at thousands of messages per 
 core those layers cost more than the environment itself (see bench/env_server_load.py).
 """
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 
@@ -42,7 +43,9 @@ async def serve_session(
             await send({"type": "websocket.close", "code": code})
 
     async def expire() -> None:
-        message = f"Session expired after {settings.session_idle_timeout_s:g}s without messages; reconnect to start a new one"
+        message = (
+            f"Session expired after {settings.session_idle_timeout_s:g}s without messages; reconnect to start a new one"
+        )
         await send(_text(error_frame(message, ErrorCode.SESSION_EXPIRED)))
         await close(CLOSE_GOING_AWAY)
 
@@ -50,7 +53,11 @@ async def serve_session(
         session = registry.open("ws", on_expire=expire)
     except CapacityError as exc:
         registry.notices.warning("refused WebSocket session: %s", exc)
-        await send(_text(error_frame(str(exc), ErrorCode.CAPACITY_REACHED, active_sessions=exc.active, max_sessions=exc.maximum)))
+        await send(
+            _text(
+                error_frame(str(exc), ErrorCode.CAPACITY_REACHED, active_sessions=exc.active, max_sessions=exc.maximum)
+            )
+        )
         await close(CLOSE_TRY_AGAIN_LATER)
         return
 
@@ -65,7 +72,9 @@ async def serve_session(
                 raw = message.get("bytes") or b""
             session.touch()
             if len(raw) > limit:
-                reply = error_frame(f"Message of {len(raw)} bytes exceeds MAX_MESSAGE_BYTES={limit}", ErrorCode.MESSAGE_TOO_LARGE)
+                reply = error_frame(
+                    f"Message of {len(raw)} bytes exceeds MAX_MESSAGE_BYTES={limit}", ErrorCode.MESSAGE_TOO_LARGE
+                )
             else:
                 try:
                     frame = orjson.loads(raw)

@@ -81,7 +81,9 @@ class DatasetCache:
 def build(request: DatasetRequest) -> ProceduralDataset:
     """``reasoning_gym.create_dataset`` for ``request``, as upstream's server calls it."""
     if request.specs:
-        kwargs: dict[str, Any] = {"datasets": [DatasetSpec(name, weight, config) for name, weight, config in request.specs]}
+        kwargs: dict[str, Any] = {
+            "datasets": [DatasetSpec(name, weight, config) for name, weight, config in request.specs]
+        }
     else:
         kwargs = dict(request.config)
     try:
@@ -100,7 +102,9 @@ def entries(cache: DatasetCache, wire: bytes, start: int, count: int, max_bytes:
         blob = pickle.dumps(dataset[(start + offset) % size], protocol=pickle.HIGHEST_PROTOCOL)
         if len(blob) > max_bytes:
             if not batch:
-                raise EntryTooLarge(f"question {(start + offset) % size} takes {len(blob)} bytes, over MAX_MESSAGE_BYTES={max_bytes}")
+                raise EntryTooLarge(
+                    f"question {(start + offset) % size} takes {len(blob)} bytes, over MAX_MESSAGE_BYTES={max_bytes}"
+                )
             break
         batch.append(blob)
         total += len(blob)
