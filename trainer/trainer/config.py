@@ -57,11 +57,15 @@ def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
-    """``TRAINER_GRPO__LEARNING_RATE=1e-5`` -> ``("grpo.learning_rate", 1e-5, "TRAINER_GRPO__LEARNING_RATE")``."""
+    """``TRAINER_GRPO__LEARNING_RATE=1e-5`` -> ``("grpo.learning_rate", 1e-5, "TRAINER_GRPO__LEARNING_RATE")``.
+
+    An empty value is no override: Compose passes ``TRAINER_GRPO__MAX_STEPS=${GRPO_MAX_STEPS:-}``,
+    which is empty unless the user set ``GRPO_MAX_STEPS``, so the job's YAML decides by default.
+    """
     return [
         (name[len(ENV_PREFIX) :].lower().replace("__", "."), parse_value(value), name)
         for name, value in sorted(environ.items())
-        if name.startswith(ENV_PREFIX) and name not in STACK_VARIABLES
+        if name.startswith(ENV_PREFIX) and name not in STACK_VARIABLES and value != ""
     ]
 
 
