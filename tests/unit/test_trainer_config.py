@@ -28,12 +28,12 @@ def test_overrides_apply_in_order_with_yaml_types(tmp_path):
     assert config["reasoning_gym"] == {"dataset_config": {"min_terms": 2}}
 
 
-
 def test_an_empty_variable_leaves_the_yaml_value(tmp_path):
     """Compose passes TRAINER_GRPO__MAX_STEPS=${GRPO_MAX_STEPS:-}: empty unless the user set it."""
     path = write(tmp_path, "job: grpo\nmodel: m\ngrpo:\n  max_steps: 5\n")
     assert load_config(path, environ={"TRAINER_GRPO__MAX_STEPS": ""})["grpo"] == {"max_steps": 5}
     assert load_config(path, environ={"TRAINER_GRPO__MAX_STEPS": "9"})["grpo"] == {"max_steps": 9}
+
 
 @pytest.mark.parametrize(
     "text, overrides, environ, message",
