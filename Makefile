@@ -4,7 +4,8 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?= --sessions 1 32 64 --seconds 10
-# Resolve the base image once per make run (official if pullable, else built offline).
+# The base image, resolved by each recipe that uses it (official if pullable, else built offline;
+# quick once it exists).
 BASE = BASE_IMAGE="$$(scripts/ensure-base-image.sh)"
 
 GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml

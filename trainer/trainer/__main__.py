@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--config",
         type=Path,
-        help="YAML file (trainer/configs/*.yaml; a bare shipped name like grpo-cpu.yaml works too); "
+        help="YAML file (trainer/trainer/configs/*.yaml; a bare shipped name like grpo-cpu.yaml works too); "
         "required except for `config`",
     )
     parser.add_argument(

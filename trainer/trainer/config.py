@@ -89,7 +89,7 @@ def load_config(
     try:
         config = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found (shipped configs: trainer/configs/*.yaml)") from None
+        raise ConfigError(f"config file {path} not found (shipped configs: trainer/trainer/configs/*.yaml)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     try:

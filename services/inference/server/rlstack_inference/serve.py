@@ -75,7 +75,7 @@ def main() -> None:
     env = dict(os.environ)
     model = env.get("MODEL", "/models/default")
     if model.startswith("/") and not (Path(model) / "config.json").exists():
-        sys.exit(f"inference: no model at {model}; the model-init service (or `make model`) creates it")
+        sys.exit(f"inference: no model at {model}; the model-init service creates it (`docker compose up model-init`)")
     bad = unwritable_caches(env)
     if bad:
         sys.exit(
