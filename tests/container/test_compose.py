@@ -66,13 +66,15 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
             check=True,
         )
         health = httpx.get(f"http://127.0.0.1:{ports['REASONING_GYM_ENV_PORT']}/health", timeout=5).json()
-        assert health["status"] == "healthy" and health["max_sessions"] == 64
+        assert health["status"] == "healthy"
+        assert health["max_sessions"] == 64
         inference = f"http://127.0.0.1:{ports['INFERENCE_PORT']}"
         assert [m["id"] for m in httpx.get(f"{inference}/v1/models", timeout=5).json()["data"]] == [
             "rlstack/tiny-qwen3"
         ]
         opencode = httpx.get(f"http://127.0.0.1:{ports['OPENCODE_ENV_PORT']}/health", timeout=5).json()
-        assert opencode["network_isolation"] is True and opencode["inference_url"] == "http://inference:8000"
+        assert opencode["network_isolation"] is True
+        assert opencode["inference_url"] == "http://inference:8000"
 
         # As `make up`: the policy is pre-trained while the services start; the services were just
         # health-checked, so the job starts without touching them.
@@ -102,7 +104,8 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
             text=True,
         ).stdout.strip()
         assert code == "0", text[-5000:]
-        assert restarted and f"[grpo] step {E2E_STEPS}/{E2E_STEPS} | reward" in text
+        assert restarted
+        assert f"[grpo] step {E2E_STEPS}/{E2E_STEPS} | reward" in text
         assert f"[async-grpo] step {E2E_ASYNC_STEPS}/{E2E_ASYNC_STEPS} | reward" in text  # AsyncGRPO beside it
         # Both closing texts again at the end, GRPO's (with the held-out accuracy) last.
         closing = text[text.rindex("[async-grpo] done") :]
@@ -119,7 +122,8 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         # The pre-trained policy was evaluated before and after, on held-out questions.
         assert re.search(r"held-out accuracy \(T=1\.0, 200 questions\): [\d.]+% -> [\d.]+% \([+-][\d.]+ pts", text)
         held_out = json.loads((grpo / "summary.json").read_text())["held_out"]["T=1.0"]
-        assert 0.0 < held_out["before"] < 1.0 and 0.0 <= held_out["after"] <= 1.0
+        assert 0.0 < held_out["before"] < 1.0
+        assert 0.0 <= held_out["after"] <= 1.0
         assert any((grpo / "checkpoints").iterdir())
         # The env restart cost no question: every step still got the next one (reconnect + replay),
         # and an answer lost to it (if any) is unscored, not scored 0.
@@ -127,7 +131,8 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         assert sorted({r["question_index"] for r in rollouts}) == list(range(E2E_STEPS))
         assert all(r["reward"] is None for r in rollouts if r["error"])
         rows = read_jsonl(out / "async-grpo-cpu" / "rows.jsonl")
-        assert rows and all(r["trained_tokens"] > 0 for r in rows)
+        assert rows
+        assert all(r["trained_tokens"] > 0 for r in rows)
         metrics = read_jsonl(out / "async-grpo-cpu" / "metrics.jsonl")
         assert [m["weight_version"] for m in metrics] == [f"step-{i}" for i in range(1, E2E_ASYNC_STEPS + 1)]
         assert all(m["logprob_max_diff"] <= 1e-3 for m in metrics), metrics
@@ -144,7 +149,8 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
 
         screenshot = Path(os.environ.get("RLSTACK_SCREENSHOT", tmp_path / "dashboard.png"))
         page = dashboard_page(f"http://127.0.0.1:{ports['DASHBOARD_PORT']}/", screenshot)
-        assert "grpo-cpu" in page and "reward" in page
+        assert "grpo-cpu" in page
+        assert "reward" in page
         # The first screen: the training reward, then the held-out accuracy; TRL's profiling timers last.
         assert page.index("train/reward") < page.index("train/held_out_accuracy_T=1.0") < page.index("profiling/")
         assert screenshot.stat().st_size > 10_000
@@ -162,4 +168,5 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         text=True,
         check=True,
     ).stdout.strip()
-    assert left == "" and volumes == ""
+    assert left == ""
+    assert volumes == ""

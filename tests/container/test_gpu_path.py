@@ -56,9 +56,11 @@ def test_shipped_env_file_selects_the_gpu_configs(base_image: str) -> None:
     inflight = yaml.safe_load((CONFIGS / "async-grpo-gpu.yaml").read_text())["async_grpo"]["max_inflight_tasks"]
     assert int(opencode["environment"]["MAX_CONCURRENT_ROLLOUTS"]) >= inflight
     for name in ("HF_HUB_OFFLINE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_SOCKET_IFNAME"):
-        assert name in inference["environment"] and name in trainer, name
+        assert name in inference["environment"], name
+        assert name in trainer, name
     for service in (inference, services["trainer"]):
-        assert service["ipc"] == "host" and "shm_size" not in service  # shm_size is void with ipc: host
+        assert service["ipc"] == "host"
+        assert "shm_size" not in service  # shm_size is void with ipc: host
     gpus = [
         s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for s in (inference, services["trainer"])
     ]
@@ -182,7 +184,8 @@ def test_trainer_gpu_caches_and_kernel_cache_are_writable_on_fresh_volumes(gpu_i
     assert out.returncode == 0, out.stderr
     # The kernel cache lives outside HF_HOME, so the hf-cache volume cannot hide a baked-in kernel.
     kernels, problems = out.stdout.split(maxsplit=1)
-    assert not kernels.startswith("/cache/huggingface") and problems.strip() == "[]", out.stdout
+    assert not kernels.startswith("/cache/huggingface"), out.stdout
+    assert problems.strip() == "[]", out.stdout
 
 
 def dry_run(image: str, job: str, config: str, *overrides: str) -> subprocess.CompletedProcess:
@@ -200,13 +203,18 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
     grpo = dry_run(image, "grpo", "grpo-gpu.yaml")
     assert grpo.returncode == 0, grpo.stderr
     plan = json.loads(grpo.stdout)
-    assert plan["weight_sync"] == "nccl" and plan["generation"]["vllm_mode"] == "server"
-    assert plan["eval"]["generate"] == "inference" and plan["colocated_vllm"] is None
-    assert plan["trainer"]["save_total_limit"] == 2 and plan["trainer"]["save_only_model"] is True
+    assert plan["weight_sync"] == "nccl"
+    assert plan["generation"]["vllm_mode"] == "server"
+    assert plan["eval"]["generate"] == "inference"
+    assert plan["colocated_vllm"] is None
+    assert plan["trainer"]["save_total_limit"] == 2
+    assert plan["trainer"]["save_only_model"] is True
 
     one = json.loads(dry_run(image, "grpo", "grpo-gpu-one.yaml").stdout)
-    assert one["generation"]["vllm_mode"] == "colocate" and one["colocated_vllm"]["enable_sleep_mode"] is True
-    assert one["eval"]["generate"] == "local" and one["weight_sync"] == "none"
+    assert one["generation"]["vllm_mode"] == "colocate"
+    assert one["colocated_vllm"]["enable_sleep_mode"] is True
+    assert one["eval"]["generate"] == "local"
+    assert one["weight_sync"] == "none"
     # Same effective batch as the two-GPU config.
     assert (
         one["trainer"]["per_device_train_batch_size"] * one["trainer"]["gradient_accumulation_steps"]
@@ -218,9 +226,11 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
     assert asynch.returncode == 0, asynch.stderr
     plan = json.loads(asynch.stdout)
     worker = plan["rollout_worker"]
-    assert plan["trainer"]["dtype"] == "float32" and plan["trainer"]["gradient_checkpointing"] is True
+    assert plan["trainer"]["dtype"] == "float32"
+    assert plan["trainer"]["gradient_checkpointing"] is True
     assert worker["max_tokens"] < plan["trainer"]["token_budget"] <= max_model_len
-    assert worker["max_inflight_tasks"] == 8 and worker["chat_template_kwargs"] == {"enable_thinking": False}
+    assert worker["max_inflight_tasks"] == 8
+    assert worker["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> None:
@@ -297,7 +307,8 @@ def test_inconsistent_gpu_settings_fail_before_anything_loads(
     gpu_images: dict, job: str, config: str, override: str, message: str
 ) -> None:
     out = dry_run(gpu_images["services"]["trainer"]["image"], job, config, override)
-    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr, out.stderr
 
 
 def test_preflight_without_the_nvidia_toolkit_says_so(base_image: str) -> None:

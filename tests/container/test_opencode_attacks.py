@@ -111,7 +111,8 @@ def test_a_sandbox_reaches_no_control_api_and_no_key_but_its_own(opencode_env) -
 def test_keys_expire_with_their_rollout_and_upstreams_are_limited(opencode_env) -> None:
     url = opencode_env.url
     refused = httpx.post(f"{url}/rollouts", json={"task": task(), "upstream_url": "http://10.1.2.3:80"}, timeout=30)
-    assert refused.status_code == 403 and "not allowed" in refused.text
+    assert refused.status_code == 403
+    assert "not allowed" in refused.text
     rollout = create(url, task(), agent="external")
     httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/finish", timeout=30)
     late = httpx.post(
@@ -121,7 +122,8 @@ def test_keys_expire_with_their_rollout_and_upstreams_are_limited(opencode_env) 
         headers={"authorization": f"Bearer {rollout['api_key']}"},
     )
     close(url, rollout)
-    assert late.status_code == 429 and "completed" in late.text
+    assert late.status_code == 429
+    assert "completed" in late.text
     gone = httpx.post(
         f"{url}/v1/chat/completions",
         json={"messages": []},
@@ -278,9 +280,11 @@ def test_a_seat_served_by_a_foreign_process_is_an_infrastructure_failure(
         victim = create(url, task())
         status = wait(url, victim["rollout_id"])
         verdict = httpx.post(f"{url}/rollouts/{victim['rollout_id']}/verify", timeout=60).json()
-        assert status["status"] == "infra_failure" and verdict["reward"] is None, status
+        assert status["status"] == "infra_failure", status
+        assert verdict["reward"] is None, status
         seen = in_container(container, "sh", "-c", f"cat /sandboxes/{attacker['rollout_id']}/home/fake.log 2>/dev/null")
-        assert "Basic" not in seen.stdout and "prompt" not in seen.stdout, seen.stdout  # no password, no prompt
+        assert "Basic" not in seen.stdout, seen.stdout
+        assert "prompt" not in seen.stdout, seen.stdout  # no password, no prompt
         close(url, victim, attacker)
         assert httpx.get(f"{url}/health").json()["active_rollouts"] == 0
     finally:
@@ -416,7 +420,8 @@ def test_memory_and_disk_hidden_from_the_usual_counts_are_counted(opencode_env, 
     status = wait(url, rollout["rollout_id"], timeout_s=60)
     uid = sandbox_uid(opencode_env, rollout["rollout_id"])
     close(url, rollout)
-    assert status["status"] == "limit_exceeded" and evidence in status["detail"], status
+    assert status["status"] == "limit_exceeded", status
+    assert evidence in status["detail"], status
     segments = in_container(opencode_env, "cat", "/proc/sysvipc/shm").stdout.splitlines()[1:]
     assert not [row for row in segments if uid in row.split()[7:10]]  # removed with the sandbox
 
@@ -515,12 +520,15 @@ def test_a_restart_answers_waiting_clients_and_records_running_rollouts_as_infra
             time.sleep(1)
             container.get_wrapped_container().restart(timeout=20)
             answer = waiting.result()
-        assert answer.status_code == 503 and "restart" in answer.text, answer.text
+        assert answer.status_code == 503, answer.text
+        assert "restart" in answer.text, answer.text
         url = container.url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8000)}"
         wait_healthy(f"{url}/health", timeout_s=60)
         after = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}").json()
-        assert after["status"] == "infra_failure" and "service restarted" in after["detail"], after
+        assert after["status"] == "infra_failure", after
+        assert "service restarted" in after["detail"], after
         left = in_container(container, "ls", "/sandboxes").stdout.split()
-        assert rollout["rollout_id"] not in left and not [name for name in left if name.endswith(".agent.log")]
+        assert rollout["rollout_id"] not in left
+        assert not [name for name in left if name.endswith(".agent.log")]
     finally:
         container.stop()

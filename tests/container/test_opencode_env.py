@@ -52,12 +52,14 @@ def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_toke
     rollout = create(url, task())
     status = wait(url, rollout["rollout_id"])
     try:
-        assert status["status"] == "stopped" and "turn limit" in status["detail"]  # the scripted agent loops
+        assert status["status"] == "stopped"
+        assert "turn limit" in status["detail"]  # the scripted agent loops
         files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files").json()
         assert files["solution.py"].strip() == "print(input()[::-1])"  # the tool call ran in the work dir
 
         turns = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/turns").json()
-        assert len(turns) == 2 and all(t["upstream_status"] == 200 and t["stream"] for t in turns)
+        assert len(turns) == 2
+        assert all(t["upstream_status"] == 200 and t["stream"] for t in turns)
         for t in turns:
             # prompt ids: the engine's own tokenisation of the forwarded request
             tokenized = httpx.post(
@@ -76,18 +78,22 @@ def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_toke
                 timeout=30,
                 json={"model": MODEL_NAME, "tokens": t["completion_token_ids"]},
             ).json()["prompt"]
-            assert json.dumps(SCRIPTED_CALL) in text and text.startswith("<tool_call>")
+            assert json.dumps(SCRIPTED_CALL) in text
+            assert text.startswith("<tool_call>")
             assert len(t["per_token_logps"]) == len(t["completion_token_ids"])
-            assert t["finish_reason"] == "tool_calls" and t["trainable"] is True
+            assert t["finish_reason"] == "tool_calls"
+            assert t["trainable"] is True
         assert turns[1]["prefix_consistent"] is not None
 
         trace = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/trace").json()
-        assert trace["schema_version"] == 1 and len(trace["turns"]) == 2
+        assert trace["schema_version"] == 1
+        assert len(trace["turns"]) == 2
         row = trace["turns"][0]
         assert row["loss_mask"] == [0] * len(row["prompt_token_ids"]) + [1] * len(row["completion_token_ids"])
 
         verdict = httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=60).json()
-        assert verdict["reward"] == 1.0 and verdict["passed"] == 2
+        assert verdict["reward"] == 1.0
+        assert verdict["passed"] == 2
     finally:
         httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
 
@@ -111,12 +117,14 @@ def test_a_prestarted_warm_agent_serves_the_next_rollout_with_its_limits(
         rollout = create(url, task(limits=limits))
         assert httpx.get(f"{url}/health").json()["warm_agents"] == 1  # the other seat's server stays ready
         status = wait(url, rollout["rollout_id"])
-        assert status["agent_prestarted"] is True and status["status"] == "stopped", status
+        assert status["agent_prestarted"] is True, status
+        assert status["status"] == "stopped", status
         files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files").json()
         assert files["solution.py"].strip() == "print(input()[::-1])"
         # The warm-up session's call was answered by the proxy and is not one of the rollout's turns.
         turns = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/turns").json()
-        assert [t["turn"] for t in turns] == [0, 1] and all(t["upstream_status"] == 200 for t in turns)
+        assert [t["turn"] for t in turns] == [0, 1]
+        assert all(t["upstream_status"] == 200 for t in turns)
         assert "prints its input line reversed" in json.dumps(turns[0]["request"]["messages"])
         assert "Reply with: ok" not in json.dumps([t["request"]["messages"] for t in turns])
     finally:
@@ -147,7 +155,8 @@ def test_turn_cap_stops_a_looping_agent_and_leaves_no_process(opencode_env) -> N
     rollout = create(url, task(limits={"max_turns": 4, "wall_s": 240}))
     try:
         status = wait(url, rollout["rollout_id"])
-        assert status["status"] == "stopped" and status["turns"] == 4, status
+        assert status["status"] == "stopped", status
+        assert status["turns"] == 4, status
         uid = sandbox_uid(opencode_env, rollout["rollout_id"])
         deadline = time.monotonic() + 3  # a killed process may still be a zombie for a moment
         while pids_of(opencode_env, uid) and time.monotonic() < deadline:
@@ -191,7 +200,8 @@ def test_concurrent_rollouts_cannot_see_each_other(opencode_env) -> None:
             "cat",
             f"/sandboxes/{a['rollout_id']}/work/mine.txt",
         )
-        assert peek.returncode != 0 and "Permission denied" in peek.stderr
+        assert peek.returncode != 0
+        assert "Permission denied" in peek.stderr
         kill = in_container(
             opencode_env,
             "setpriv",
@@ -274,7 +284,8 @@ def test_upstream_down_is_an_infrastructure_failure_not_a_zero(opencode_env) -> 
     status = wait(url, rollout["rollout_id"])
     verdict = httpx.post(f"{url}/rollouts/{rollout['rollout_id']}/verify", timeout=60).json()
     httpx.delete(f"{url}/rollouts/{rollout['rollout_id']}")
-    assert status["status"] == "infra_failure" and status["infra_failure"] is True
+    assert status["status"] == "infra_failure"
+    assert status["infra_failure"] is True
     assert verdict["reward"] is None
 
 
@@ -288,7 +299,8 @@ def test_traces_survive_a_restart(opencode_env) -> None:
     url = opencode_env.url = f"http://{opencode_env.get_container_host_ip()}:{opencode_env.get_exposed_port(8000)}"
     wait_healthy(f"{url}/health", timeout_s=60)
     after = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/trace").json()
-    assert after == before and len(after["turns"]) == 2
+    assert after == before
+    assert len(after["turns"]) == 2
     assert httpx.get(f"{url}/rollouts/{rollout['rollout_id']}").json()["status"] == "stopped"
 
 
@@ -318,7 +330,8 @@ def test_proxy_rejects_bad_bodies_for_a_valid_key_and_capacity_is_reported(openc
         assert httpx.post(f"{url}/v1/chat/completions", content="{bad", headers=headers).status_code == 400
         assert httpx.post(f"{url}/v1/chat/completions", json={"model": "x"}, headers=headers).status_code == 400
         full = httpx.post(f"{url}/rollouts", json={"task": task()})
-        assert full.status_code == 503 and full.json()["detail"]["max_rollouts"] == 3
+        assert full.status_code == 503
+        assert full.json()["detail"]["max_rollouts"] == 3
     finally:
         for r in rollouts:
             httpx.delete(f"{url}/rollouts/{r['rollout_id']}")

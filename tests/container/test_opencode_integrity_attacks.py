@@ -161,7 +161,8 @@ def test_nothing_outlives_its_rollout_and_hidden_memory_is_counted(opencode_env)
     status = wait(url, rollout["rollout_id"], timeout_s=60)
     close(url, rollout)
     assert "haunting" in out, out  # the setup command ended: the hider had left its process group
-    assert status["status"] == "limit_exceeded" and "memory limit" in status["detail"], status
+    assert status["status"] == "limit_exceeded", status
+    assert "memory limit" in status["detail"], status
     threads = in_container(opencode_env, "sh", "-c", f"grep -l '^Uid:\\s*{uid}\\s' /proc/[0-9]*/task/*/status")
     assert threads.stdout.strip() == "", threads.stdout
 
@@ -247,7 +248,9 @@ def test_sandbox_code_cannot_change_how_the_engine_samples(opencode_env) -> None
         assert relayed.status_code == 200, relayed.text
         [turn] = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/turns", timeout=30).json()
         sent = turn["request"]
-        assert sent["temperature"] == 0.7 and "seed" not in sent and "top_p" not in sent, sent
+        assert sent["temperature"] == 0.7, sent
+        assert "seed" not in sent, sent
+        assert "top_p" not in sent, sent
     finally:
         close(url, rollout)
 
@@ -256,12 +259,14 @@ def test_bad_names_and_bad_input_get_clear_answers(opencode_env) -> None:
     url = opencode_env.url
     for name in ("a\u0000b", "d/", ".", "./a", "a//b"):
         answer = httpx.post(f"{url}/rollouts", json={"task": task(files={name: "x"})}, timeout=30)
-        assert answer.status_code == 422 and "file path" in answer.text, (name, answer.text)
+        assert answer.status_code == 422, (name, answer.text)
+        assert "file path" in answer.text, (name, answer.text)
     rollout, out = run_attack(url, "open(b'bad\\xff.txt', 'w').write('x')\nprint('named')\n")
     try:
         assert "named" in out, out
         files = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/files", timeout=30)
-        assert files.status_code == 200 and files.json()["bad\\xff.txt"] == "x", files.text
+        assert files.status_code == 200, files.text
+        assert files.json()["bad\\xff.txt"] == "x", files.text
     finally:
         close(url, rollout)
     host, port = url.removeprefix("http://").split(":")

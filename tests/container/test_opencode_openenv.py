@@ -107,20 +107,24 @@ def test_mcp_tool_client_runs_run_rollout_end_to_end(opencode_env) -> None:
             env.call_tool("run_rollout", **run_rollout_arguments(bogus=1))
     result = UpstreamRolloutResult.model_validate_json(text)
     assert result.reward == 0.5, (result.error, result.verify_results, result.agent_log_tail[-600:])
-    assert result.task_id == "t1" and result.mode == "transparent_proxy" and result.error is None
-    assert [r.exit_code for r in result.setup_results] == [0] and [r.exit_code == 0 for r in result.verify_results] == [
-        True,
-        False,
-    ]
-    assert result.files["solution.py"].strip() == "print(input()[::-1])" and "marker.txt" in result.files
-    assert len(result.proxy_turns) == 3 and result.wall_s > 0
+    assert result.task_id == "t1"
+    assert result.mode == "transparent_proxy"
+    assert result.error is None
+    assert [r.exit_code for r in result.setup_results] == [0]
+    assert [r.exit_code == 0 for r in result.verify_results] == [True, False]
+    assert result.files["solution.py"].strip() == "print(input()[::-1])"
+    assert "marker.txt" in result.files
+    assert len(result.proxy_turns) == 3
+    assert result.wall_s > 0
     for turn in result.proxy_turns:
-        assert turn.completion_token_ids and turn.upstream_status == 200
+        assert turn.completion_token_ids
+        assert turn.upstream_status == 200
         assert len(turn.completion_tokens) == len(turn.per_token_logps) == len(turn.completion_token_ids)
     assert "".join(result.proxy_turns[0].completion_tokens).strip()  # token texts, not "token_id:N"
     assert not any(t.startswith("token_id:") for t in result.proxy_turns[0].completion_tokens)
     health = httpx.get(f"{opencode_env.url}/health").json()
-    assert health["active_rollouts"] == 0 and health["sessions"] == 0  # closing the client closed its session
+    assert health["active_rollouts"] == 0
+    assert health["sessions"] == 0  # closing the client closed its session
 
 
 def test_ws_and_mcp_share_one_session_and_errors_leave_others_intact(opencode_env) -> None:
@@ -139,11 +143,15 @@ def test_ws_and_mcp_share_one_session_and_errors_leave_others_intact(opencode_en
             arguments=run_rollout_arguments(task_id="shared", mode="black_box", verify=["test -f solution.py"]),
         )
         result = UpstreamRolloutResult.model_validate_json(called["result"]["data"])
-        assert result.reward == 1.0 and result.proxy_turns == [] and result.mode == "black_box"
+        assert result.reward == 1.0
+        assert result.proxy_turns == []
+        assert result.mode == "black_box"
         ws.send(json.dumps({"type": "state"}))
         state = json.loads(ws.recv(timeout=30))["data"]
-        assert state["rollouts_completed"] == 1 and state["last_task_id"] == "shared"
-        assert state["last_sandbox_id"] == result.sandbox_id and state["last_reward"] == 1.0
+        assert state["rollouts_completed"] == 1
+        assert state["last_task_id"] == "shared"
+        assert state["last_sandbox_id"] == result.sandbox_id
+        assert state["last_reward"] == 1.0
     assert rpc(url, "tools/list", session_id="no-such-session")["error"]["code"] == -32602
     assert rpc(url, "no/such/method")["error"]["code"] == -32601
     for live in (session, other):  # bad calls cost the live sessions nothing
@@ -163,7 +171,8 @@ def test_generic_env_client_steps_the_tool(opencode_env) -> None:
                 "arguments": run_rollout_arguments(verify=["test -f solution.py"]),
             }
         )
-        assert step.done and step.reward == 1.0
+        assert step.done
+        assert step.reward == 1.0
         assert UpstreamRolloutResult.model_validate_json(step.observation["result"]["data"]).reward == 1.0
 
 
@@ -244,14 +253,18 @@ def test_an_external_providers_key_reaches_it_and_nothing_else(opencode_env, pro
     call.start()
     deadline = time.monotonic() + 120
     while in_container(opencode_env, *seen).stdout.strip() in ("", "[]"):  # the agent's first call is in flight
-        assert time.monotonic() < deadline and call.is_alive(), result
+        assert time.monotonic() < deadline, result
+        assert call.is_alive(), result
         time.sleep(0.25)
     during = in_container(opencode_env, "grep", "-rl", key, "/sandboxes", "/data/traces")
     call.join(300)
     rollout = UpstreamRolloutResult.model_validate_json(result["result"]["data"])
-    assert rollout.reward == 1.0 and rollout.proxy_turns, rollout.error
+    assert rollout.reward == 1.0, rollout.error
+    assert rollout.proxy_turns, rollout.error
     assert json.loads(in_container(opencode_env, *seen).stdout)[0] == f"Bearer {key}"
-    assert during.returncode == 1 and during.stdout == "", during.stdout  # 1: searched, no match
+    assert during.returncode == 1, during.stdout
+    assert during.stdout == "", during.stdout  # 1: searched, no match
     after = in_container(opencode_env, "grep", "-rl", key, "/data/traces")
     logs = subprocess.run(["docker", "logs", opencode_env.get_wrapped_container().id], capture_output=True, text=True)
-    assert after.returncode == 1 and key not in logs.stdout + logs.stderr
+    assert after.returncode == 1
+    assert key not in logs.stdout + logs.stderr

@@ -67,7 +67,8 @@ def test_upstream_generic_client_and_default_dataset(env_url: str) -> None:
     with GenericEnvClient(base_url=env_url).sync() as env:
         assert env.reset().observation["question"] == expected[0]["question"]
         result = env.step({"answer": expected[0]["answer"]})
-        assert result.reward == 1.0 and result.done
+        assert result.reward == 1.0
+        assert result.done
 
 
 def test_http_episode(env_url: str) -> None:
@@ -78,7 +79,8 @@ def test_http_episode(env_url: str) -> None:
         ).json()
         assert reset["observation"]["question"] == expected[0]["question"]
         step = http.post("/step", json={"session_id": reset["session_id"], "action": {"answer": expected[0]["answer"]}})
-        assert step.status_code == 200 and step.json()["reward"] == 1.0
+        assert step.status_code == 200
+        assert step.json()["reward"] == 1.0
         assert http.delete(f"/sessions/{reset['session_id']}").status_code == 204
         assert http.get("/schema").json()["action"]["required"] == ["answer"]
 
@@ -138,7 +140,8 @@ def test_bad_input_gets_an_error_frame_and_the_session_continues(env_url: str, f
     with connect(ws_url(env_url), max_size=None) as ws:
         ws.send(frame)
         error = json.loads(ws.recv(timeout=10))
-        assert error["type"] == "error" and error["data"]["code"] == code, error
+        assert error["type"] == "error", error
+        assert error["data"]["code"] == code, error
         ws.send(json.dumps({"type": "reset", "data": {}}))
         assert json.loads(ws.recv(timeout=10))["type"] == "observation"
 
@@ -162,7 +165,8 @@ def test_capacity_and_reaping_of_abandoned_sessions(start_env: Callable[..., str
 
     with connect(ws_url(url)) as refused:
         error = json.loads(refused.recv(timeout=10))
-        assert error["data"]["code"] == "CAPACITY_REACHED" and "2/2" in error["data"]["message"]
+        assert error["data"]["code"] == "CAPACITY_REACHED"
+        assert "2/2" in error["data"]["message"]
 
     deadline = time.monotonic() + 15
     while httpx.get(f"{url}/health").json()["active_sessions"] and time.monotonic() < deadline:
@@ -239,11 +243,8 @@ def test_flood_of_bad_http_resets_fails_cleanly_and_keeps_sessions(hostile_env: 
         for i in range(100):
             body = bad[i % len(bad)] if i % 5 else {**bad[i % len(bad)], "open_session": True}
             reply = http.post("/reset", json=body)
-            assert 400 <= reply.status_code < 500 and reply.json()["detail"]["message"], (
-                i,
-                reply.status_code,
-                reply.text[:300],
-            )
+            assert 400 <= reply.status_code < 500, (i, reply.status_code, reply.text[:300])
+            assert reply.json()["detail"]["message"], (i, reply.status_code, reply.text[:300])
         for _ in range(20):  # valid stateless resets hold no slot either
             assert (
                 "session_id"
@@ -255,7 +256,8 @@ def test_flood_of_bad_http_resets_fails_cleanly_and_keeps_sessions(hostile_env: 
                 raw.sendall(b"NOT HTTP AT ALL\r\n\r\n")
                 raw.recv(1024)
         memory = http.post("/reset", json=MEMORY_HOG)
-        assert memory.status_code == 422 and memory.json()["detail"]["code"] == "DATASET_TOO_COSTLY", memory.text[:300]
+        assert memory.status_code == 422, memory.text[:300]
+        assert memory.json()["detail"]["code"] == "DATASET_TOO_COSTLY", memory.text[:300]
         assert http.get("/health").json()["active_sessions"] == active
         # The open episode is intact: its question is still the one to score, then the next one follows.
         ws.send(json.dumps({"type": "step", "data": {"answer": expected[0]["answer"]}}))
@@ -281,12 +283,14 @@ def test_costly_reset_gets_a_4xx_within_the_deadline_while_others_are_served(hos
             good.send(json.dumps({"type": "step", "data": {"answer": expected[i]["answer"]}}))
             assert json.loads(good.recv(timeout=DEADLINE_S))["data"]["reward"] == 1.0
         error = json.loads(attacker.recv(timeout=DEADLINE_S + 30 - (time.monotonic() - began)))
-        assert error["type"] == "error" and error["data"]["code"] == "DATASET_TOO_COSTLY", error
+        assert error["type"] == "error", error
+        assert error["data"]["code"] == "DATASET_TOO_COSTLY", error
         # The attacker's session lives on and can still pick a sane dataset.
         attacker.send(json.dumps({"type": "reset", "data": {"dataset_name": "chain_sum", "seed": 4, "size": 20}}))
         assert json.loads(attacker.recv(timeout=10))["data"]["observation"]["question"] == expected[0]["question"]
     health = httpx.get(f"{hostile_env}/health", timeout=10).json()
-    assert health["status"] == "healthy" and health["dataset_worker_restarts"] >= 1
+    assert health["status"] == "healthy"
+    assert health["dataset_worker_restarts"] >= 1
 
 
 def test_an_answer_that_never_finishes_scoring_scores_zero(hostile_env: str) -> None:

@@ -81,7 +81,8 @@ def test_work_reaches_both_replicas_and_survives_a_drained_node(swarm, trainer_i
     # 1. A short GRPO run, then OpenCode rollouts: both replicas of each service serve.
     assert "finished 3 optimizer steps" in finish(grpo(swarm, trainer_image, models_volume, outputs, 3))
     records, summary = driver_records(finish(swarm.rollouts(4)))
-    assert [r["outcome"] for r in records] == ["scored"] * 4 and {r["reward"] for r in records} == {1.0}
+    assert [r["outcome"] for r in records] == ["scored"] * 4
+    assert {r["reward"] for r in records} == {1.0}
     health = swarm.health()
     gym, opencode = health["reasoning-gym-env"], health["opencode-env"]
     assert len(gym) == len(opencode) == 2
@@ -107,7 +108,8 @@ def test_work_reaches_both_replicas_and_survives_a_drained_node(swarm, trainer_i
     assert "finished 3 optimizer steps" in finish(training)
     records, summary = driver_records(finish(driving))
     lost = [r for r in records if r["outcome"] == "infra_failure"]
-    assert lost and all(r.get("replica_url") in (f"http://{on_worker[0]}:8000", None) for r in lost), records
+    assert lost, records
+    assert all(r.get("replica_url") in (f"http://{on_worker[0]}:8000", None) for r in lost), records
     assert all(r["reward"] == 1.0 for r in records if r["outcome"] == "scored")
     assert all(node != swarm.worker for node, _ in swarm.tasks("opencode-env"))
 
@@ -117,7 +119,8 @@ def test_work_reaches_both_replicas_and_survives_a_drained_node(swarm, trainer_i
     records, _ = driver_records(finish(swarm.rollouts(2)))
     assert [r["outcome"] for r in records] == ["scored"] * 2
     back = [h for h in swarm.health()["opencode-env"].values() if h["replica"].endswith("." + swarm.worker)]
-    assert len(back) == 1 and back[0]["rollouts_total"] > 0
+    assert len(back) == 1
+    assert back[0]["rollouts_total"] > 0
 
 
 EPISODE = """

@@ -189,7 +189,8 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
     run = outputs / "grpo"
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
-    assert "step 3/3 | reward" in log and "finished 3 optimizer steps" in log
+    assert "step 3/3 | reward" in log
+    assert "finished 3 optimizer steps" in log
     for name in ("reward.png", "summary.json", "eval.json", "final/model.safetensors", "final/tokenizer.json"):
         assert (run / name).exists(), name
     assert (outputs / "trackio").is_dir()
@@ -434,7 +435,8 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
                 restarted = True
         assert job.wait(timeout=60) == 0, "".join(log)[-6000:]
         text = "".join(log)
-        assert restarted and "step 3/3 | reward" in text, text[-4000:]
+        assert restarted, text[-4000:]
+        assert "step 3/3 | reward" in text, text[-4000:]
 
         run = outputs / "async-cpu"
         metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -453,7 +455,8 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
             key=lambda t: t["timestamp"],
         )
         versions = [t["weight_version"] for t in turns if t.get("weight_version")]
-        assert versions[0] == "step-0" and {"step-1", "step-2"} & set(versions), versions
+        assert versions[0] == "step-0", versions
+        assert {"step-1", "step-2"} & set(versions), versions
         # The trainer's sampling settings are what the proxy forwarded to the engine on every call.
         assert all({k: t["request"].get(k) for k in FORWARDED} == FORWARDED for t in turns if t["prompt_token_ids"])
         for row in rows:
@@ -503,7 +506,8 @@ def test_async_grpo_scores_the_shared_prefix_once_with_the_same_logprobs_and_gra
 
 def test_pretrain_loss_of_a_padded_batch_is_that_of_its_rows_alone(trainer_image, models_volume):
     result = json.loads(run_in_image(trainer_image, models_volume, "-c", PRETRAIN_LOSS).splitlines()[-1])
-    assert result["loss"] < 1e-5 and result["answer"] < 1e-5, result
+    assert result["loss"] < 1e-05, result
+    assert result["answer"] < 1e-05, result
     assert result["grad"] < 1e-4, result
 
 
@@ -524,7 +528,8 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
         "pretrain.skill_loss=100",
     ]
     log = run_trainer(trainer_image, network, outputs, *quick, volumes={models_volume: "/models"})
-    assert "pretrain: wrote /models/pretrained" in log and "skill after 1 steps" in log
+    assert "pretrain: wrote /models/pretrained" in log
+    assert "skill after 1 steps" in log
     manifest = json.loads(
         run_in_image(
             trainer_image,
@@ -539,7 +544,8 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
     assert set(manifest["question_sha256"]) == {hashlib.sha256(t.encode()).hexdigest() for t in texts}
     assert manifest["answers"] == sorted({str(pretraining[i]["answer"]) for i in range(64)})
     again = run_trainer(trainer_image, network, outputs, *quick, "--if-missing", volumes={models_volume: "/models"})
-    assert "already holds this pre-trained policy" in again and "fetching" not in again
+    assert "already holds this pre-trained policy" in again
+    assert "fetching" not in again
 
     run_trainer(
         trainer_image,
@@ -560,8 +566,10 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
     )
     report = json.loads((outputs / "pt-eval" / "eval.json").read_text())["evaluations"][0]
     records = report["modes"]["T=1.0"]["records"]
-    assert len(records) == 20 and not texts & {r["question"] for r in records}
-    assert report["skipped_as_training_questions"] >= 64 and min(r["index"] for r in records) >= 64
+    assert len(records) == 20
+    assert not texts & {r["question"] for r in records}
+    assert report["skipped_as_training_questions"] >= 64
+    assert min(r["index"] for r in records) >= 64
 
     # A policy that does not reach the skill is an error, and nothing is written.
     failed = run_trainer(
@@ -579,7 +587,8 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
         volumes={models_volume: "/models"},
         exit_code=2,
     )
-    assert "did not learn the task" in failed and "Traceback" not in failed
+    assert "did not learn the task" in failed
+    assert "Traceback" not in failed
     assert "No such file" in run_in_image(
         trainer_image,
         models_volume,
@@ -613,16 +622,19 @@ def test_eval_scores_come_from_the_env_server_and_match_the_inference_path(
     }
     for mode in ("T=1.0", "greedy"):
         records = report["modes"][mode]["records"]
-        assert len(records) == 200 and all(r["answer"] == "0" for r in records)
+        assert len(records) == 200
+        assert all(r["answer"] == "0" for r in records)
         zeros = sum(r["correct_answer"] == "0" for r in records)
-        assert 0 < zeros < 200 and report["modes"][mode]["summary"]["accuracy"] == zeros / 200
+        assert 0 < zeros < 200
+        assert report["modes"][mode]["summary"]["accuracy"] == zeros / 200
         for r in records:  # the server's questions and answers are reasoning-gym's, for the held-out seed
             assert (held_out[r["index"]]["question"], held_out[r["index"]]["answer"]) == (
                 r["question"],
                 r["correct_answer"],
             )
             assert r["question"] not in training_texts
-    assert "answer-zero" in log and "greedy" in log
+    assert "answer-zero" in log
+    assert "greedy" in log
 
     # The same model on the inference service gives the same greedy answers.
     inference = start_inference(
@@ -681,7 +693,8 @@ def test_eval_bad_input_is_a_clear_error_and_leaves_no_eval_json(
     log = run_trainer(
         trainer_image, network, outputs, *eval_args(*extra), volumes={models_volume: "/models"}, exit_code=exit_code
     )
-    assert message in log and "Traceback" not in log
+    assert message in log
+    assert "Traceback" not in log
     assert not (outputs / "eval" / "eval.json").exists()
 
 
@@ -706,9 +719,12 @@ def test_eval_runs_the_held_out_coding_tasks_on_opencode_env(
     report = json.loads((outputs / "oc-eval" / "eval.json").read_text())["evaluations"][0]
     ((mode, result),) = report["modes"].items()
     records = result["records"]
-    assert mode == "T=1.0" and len(records) == 10 and report["unscored"] == 0, records
+    assert mode == "T=1.0", records
+    assert len(records) == 10, records
+    assert report["unscored"] == 0, records
     assert {r["task_id"] for r in records} == {t.task_id for t in load_tasks(split="held_out")}
     for r in records:  # each score is the service's verification of that rollout
         verification = httpx.get(f"{opencode_env.url}/rollouts/{r['rollout_id']}", timeout=30).json()
-        assert verification["reward"] == r["reward"] and verification["final"], (r, verification)
+        assert verification["reward"] == r["reward"], (r, verification)
+        assert verification["final"], (r, verification)
     assert result["summary"]["accuracy"] == sum(r["correct"] for r in records) / 10

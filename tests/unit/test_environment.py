@@ -16,7 +16,9 @@ def test_named_dataset_matches_reasoning_gym_and_scores_with_it(run) -> None:
                 dataset_name="chain_sum", dataset_config={"min_terms": 2, "max_terms": 3}, seed=11, size=4
             )
         )
-        assert obs.question == expected[0]["question"] and obs.done is False and obs.reward == 0.0
+        assert obs.question == expected[0]["question"]
+        assert obs.done is False
+        assert obs.reward == 0.0
         right = await env.step(ReasoningGymAction(answer=expected[0]["answer"]))
         assert (right.score, right.reward, right.done) == (1.0, 1.0, True)
         assert right.correct_answer == expected[0]["answer"]
@@ -54,7 +56,8 @@ def test_first_bare_reset_uses_the_documented_default(run) -> None:
 
     async def scenario(env: ReasoningGymEnvironment) -> None:
         assert (await env.reset()).question == expected[0]["question"]
-        assert env.state.dataset_name == "leg_counting" and env.state.dataset_size == 1000
+        assert env.state.dataset_name == "leg_counting"
+        assert env.state.dataset_size == 1000
         assert env.state.next_index == 1
 
     run(scenario)
@@ -83,9 +86,11 @@ def test_state_counts_steps_and_keeps_episode_id(run) -> None:
     async def scenario(env: ReasoningGymEnvironment) -> None:
         await env.reset(ReasoningGymReset(episode_id="ep-1"))
         await env.step(ReasoningGymAction(answer="1"))
-        assert env.state.episode_id == "ep-1" and env.state.step_count == 1
+        assert env.state.episode_id == "ep-1"
+        assert env.state.step_count == 1
         await env.reset()
-        assert env.state.episode_id != "ep-1" and env.state.step_count == 0
+        assert env.state.episode_id != "ep-1"
+        assert env.state.step_count == 0
 
     run(scenario)
 
@@ -162,7 +167,8 @@ def test_bad_reset_arguments_are_rejected_and_keep_the_current_dataset(
         with pytest.raises(EnvInputError, match=message.replace("[", r"\[").replace("]", r"\]")) as info:
             await env.reset(ReasoningGymReset(**kwargs))
         assert info.value.code.value == code
-        assert env.state.dataset_name == "chain_sum" and env.state.next_index == 1
+        assert env.state.dataset_name == "chain_sum"
+        assert env.state.next_index == 1
         assert (await env.reset()).question == expected[1]["question"]
 
     run(scenario)

@@ -27,14 +27,17 @@ def failures(verdict: gpu_preflight.Verdict) -> list[str]:
 def test_two_h100_run_both_jobs_on_separate_gpus():
     verdict = verdict_of(TWO_H100)
     assert not verdict.failed, verdict.lines
-    assert verdict.topology == "two" and verdict.async_grpo
+    assert verdict.topology == "two"
+    assert verdict.async_grpo
     assert any("vLLM on GPU 0, the trainer on GPU 1" in line for line in verdict.lines)
 
 
 def test_one_a100_runs_grpo_colocated_and_skips_async_grpo():
     verdict = verdict_of(A100_40, INFERENCE_GPU="0", TRAINER_GPU="1")  # .env.example's ids do not apply
     assert not verdict.failed, verdict.lines
-    assert verdict.topology == "one" and verdict.one_gpu == 0 and not verdict.async_grpo
+    assert verdict.topology == "one"
+    assert verdict.one_gpu == 0
+    assert not verdict.async_grpo
     assert any("AsyncGRPO is skipped" in line for line in verdict.lines)
 
 
@@ -59,9 +62,11 @@ def test_async_grpo_on_a_gpu_without_an_fa3_build_fails_unless_turned_off():
     verdict = verdict_of(TWO_L40S)
     assert verdict.failed
     message = failures(verdict)[0]
-    assert "compute capability 8.9" in message and "GPU_ASYNC_GRPO=off" in message
+    assert "compute capability 8.9" in message
+    assert "GPU_ASYNC_GRPO=off" in message
     off = verdict_of(TWO_L40S, GPU_ASYNC_GRPO="off")
-    assert not off.failed and not off.async_grpo
+    assert not off.failed
+    assert not off.async_grpo
 
 
 def test_free_memory_is_checked_per_role():
@@ -77,7 +82,8 @@ def test_free_memory_is_checked_per_role():
 
 def test_one_gpu_needs_room_for_the_trainer_and_colocated_vllm():
     verdict = verdict_of("0, NVIDIA A10G, 8.6, 23028, 22000, 580.95.05\n")
-    assert verdict.failed and "colocated vLLM" in failures(verdict)[0]
+    assert verdict.failed
+    assert "colocated vLLM" in failures(verdict)[0]
 
 
 def test_forced_topology_and_bad_values():
@@ -110,7 +116,8 @@ def test_script_prints_the_verdict_and_the_topology_for_the_shell(tmp_path):
         env={"GPU_TOPOLOGY": "auto"},
     )
     assert ok.returncode == 0, ok.stderr
-    assert "topology=one" in ok.stdout.splitlines() and "one_gpu=0" in ok.stdout.splitlines()
+    assert "topology=one" in ok.stdout.splitlines()
+    assert "one_gpu=0" in ok.stdout.splitlines()
     smi.write_text(TWO_H100)
     bad = subprocess.run(
         [sys.executable, str(script), "--nvidia-smi-output", str(smi)],
@@ -118,5 +125,6 @@ def test_script_prints_the_verdict_and_the_topology_for_the_shell(tmp_path):
         text=True,
         env={"INFERENCE_GPU": "0", "TRAINER_GPU": "0"},
     )
-    assert bad.returncode == 1 and "topology=" not in bad.stdout
+    assert bad.returncode == 1
+    assert "topology=" not in bad.stdout
     assert "stopped before starting anything" in bad.stdout

@@ -21,7 +21,8 @@ def test_answers_are_read_from_the_answer_tool_call_only() -> None:
     )
     assert parse_answer('<tool_call>{"name": "answer", "arguments": {"answer": 7}}</tool_call>') == "7"
     assert parse_answer('<tool_call>{"name": "bash", "arguments": {"answer": "1"}}</tool_call>') is None
-    assert parse_answer("the answer is 12") is None and parse_answer("<tool_call>{nope}</tool_call>") is None
+    assert parse_answer("the answer is 12") is None
+    assert parse_answer("<tool_call>{nope}</tool_call>") is None
     assert (
         parse_answer(
             '<tool_call>{bad</tool_call> <tool_call>{"name": "answer", "arguments": {"answer": "3"}}</tool_call>'
@@ -32,9 +33,12 @@ def test_answers_are_read_from_the_answer_tool_call_only() -> None:
 
 def test_intervals() -> None:
     low, high = proportion_ci(62, 200)
-    assert low < 0.31 < high and high - low == pytest.approx(0.128, abs=0.005)  # Wilson, n=200
-    assert proportion_ci(0, 50)[0] == pytest.approx(0.0, abs=1e-12) and proportion_ci(50, 50)[1] == pytest.approx(1.0)
-    assert mean_ci([1.0, 1.0]) == (1.0, 1.0, 1.0) and mean_ci([0.5]) == (0.5, 0.5, 0.5)
+    assert low < 0.31 < high
+    assert high - low == pytest.approx(0.128, abs=0.005)  # Wilson, n=200
+    assert proportion_ci(0, 50)[0] == pytest.approx(0.0, abs=1e-12)
+    assert proportion_ci(50, 50)[1] == pytest.approx(1.0)
+    assert mean_ci([1.0, 1.0]) == (1.0, 1.0, 1.0)
+    assert mean_ci([0.5]) == (0.5, 0.5, 0.5)
 
 
 def records(correct: list[bool]) -> list[dict]:
@@ -43,9 +47,11 @@ def records(correct: list[bool]) -> list[dict]:
 
 def test_summary_and_paired_difference() -> None:
     before, after = records([False] * 6 + [True] * 4), records([False] * 2 + [True] * 8)
-    assert summary_of(before)["accuracy"] == 0.4 and summary_of(before)["answered"] == 4
+    assert summary_of(before)["accuracy"] == 0.4
+    assert summary_of(before)["answered"] == 4
     diff = paired_difference(before, after)
-    assert diff["points"] == pytest.approx(40.0) and diff["ci_low"] < 40 < diff["ci_high"]
+    assert diff["points"] == pytest.approx(40.0)
+    assert diff["ci_low"] < 40 < diff["ci_high"]
     line = before_after_line("T=1.0", 10, 0.4, 0.8, diff)
     assert line.startswith("held-out accuracy (T=1.0, 10 questions): 40.0% -> 80.0% (+40.0 pts, 95% CI +")
     with pytest.raises(ValueError, match="same questions"):
@@ -70,4 +76,6 @@ def test_table_has_a_row_per_mode() -> None:
         "modes": {m: {"summary": summary_of(records([True, False]))} for m in ("T=1.0", "greedy")},
     }
     rows = table([report]).splitlines()
-    assert len(rows) == 3 and "50.0%" in rows[1] and rows[2].split()[1] == "greedy"
+    assert len(rows) == 3
+    assert "50.0%" in rows[1]
+    assert rows[2].split()[1] == "greedy"

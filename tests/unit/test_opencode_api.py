@@ -60,35 +60,44 @@ def rpc(client: TestClient, method: str, request_id=1, **params) -> dict:
 
 def test_rollout_lifecycle_answers_in_the_contract_models(client: TestClient) -> None:
     created = external(client, task_id="t", verify_commands=["true", "false"])
-    assert created.task_id == "t" and created.model == "policy-model" and created.proxy_base_url.endswith("/v1")
+    assert created.task_id == "t"
+    assert created.model == "policy-model"
+    assert created.proxy_base_url.endswith("/v1")
     summary = RolloutSummary.model_validate(client.get(f"/rollouts/{created.rollout_id}").json())
-    assert summary.status in ("pending", "running") and not summary.final
+    assert summary.status in ("pending", "running")
+    assert not summary.final
     assert client.post(f"/rollouts/{created.rollout_id}/verify").status_code == 409  # still running
     finished = RolloutSummary.model_validate(client.post(f"/rollouts/{created.rollout_id}/finish").json())
-    assert finished.status == "completed" and finished.final
+    assert finished.status == "completed"
+    assert finished.final
     assert RolloutSummary.model_validate(client.post(f"/rollouts/{created.rollout_id}/wait").json()).final
     verification = Verification.model_validate(client.post(f"/rollouts/{created.rollout_id}/verify").json())
-    assert verification.reward == 0.5 and [r.passed for r in verification.results] == [True, False]
+    assert verification.reward == 0.5
+    assert [r.passed for r in verification.results] == [True, False]
     assert client.get(f"/rollouts/{created.rollout_id}/turns").json() == []
     assert client.delete(f"/rollouts/{created.rollout_id}").status_code == 204
     # Closed: no longer live, still on the traces volume.
     assert client.post(f"/rollouts/{created.rollout_id}/wait").status_code == 404
     archived = RolloutSummary.model_validate(client.get(f"/rollouts/{created.rollout_id}").json())
-    assert archived.reward == 0.5 and archived.status == "completed"
+    assert archived.reward == 0.5
+    assert archived.status == "completed"
     assert Health.model_validate(client.get("/health").json()).active_rollouts == 0
 
 
 def test_bad_requests_get_clear_4xx_and_capacity_503(client: TestClient) -> None:
     assert client.get("/rollouts/nope").status_code == 404
     bad = client.post("/rollouts", json={"task": {"instruction": INSTRUCTION, "bogus": 1}})
-    assert bad.status_code == 422 and "bogus" in bad.text
+    assert bad.status_code == 422
+    assert "bogus" in bad.text
     refused = client.post(
         "/rollouts", json={"task": {"instruction": INSTRUCTION}, "upstream_url": "http://10.0.0.1:80"}
     )
-    assert refused.status_code == 403 and "ALLOWED_UPSTREAMS" in refused.json()["detail"]["message"]
+    assert refused.status_code == 403
+    assert "ALLOWED_UPSTREAMS" in refused.json()["detail"]["message"]
     first, second = external(client), external(client)
     busy = client.post("/rollouts", json={"task": {"instruction": INSTRUCTION}, "agent": "external"})
-    assert busy.status_code == 503 and busy.json()["detail"]["max_rollouts"] == 2
+    assert busy.status_code == 503
+    assert busy.json()["detail"]["max_rollouts"] == 2
     for created in (first, second):  # the refused requests cost the live rollouts nothing
         assert client.get(f"/rollouts/{created.rollout_id}").json()["status"] in ("pending", "running")
         client.delete(f"/rollouts/{created.rollout_id}")
@@ -97,7 +106,8 @@ def test_bad_requests_get_clear_4xx_and_capacity_503(client: TestClient) -> None
 def test_mcp_sessions_tools_and_json_rpc_errors(client: TestClient) -> None:
     session = rpc(client, "openenv/session/create")["result"]["session_id"]
     tools = rpc(client, "tools/list", session_id=session)["result"]["tools"]
-    assert [t["name"] for t in tools] == ["run_rollout"] and "instruction" in tools[0]["inputSchema"]["properties"]
+    assert [t["name"] for t in tools] == ["run_rollout"]
+    assert "instruction" in tools[0]["inputSchema"]["properties"]
     assert client.post("/mcp", content=b"{not json").json()["error"]["code"] == -32700
     assert client.post("/mcp", json={"method": "tools/list"}).json()["error"]["code"] == -32600
     assert rpc(client, "resources/list")["error"]["code"] == -32601
@@ -106,13 +116,16 @@ def test_mcp_sessions_tools_and_json_rpc_errors(client: TestClient) -> None:
         == "Tool not found: rm_rf"
     )
     bad = rpc(client, "tools/call", name="run_rollout", arguments={"instruction": "x", "bogus": 1}, session_id=session)
-    assert bad["error"]["code"] == -32602 and "unknown argument 'bogus'" in bad["error"]["message"]
+    assert bad["error"]["code"] == -32602
+    assert "unknown argument 'bogus'" in bad["error"]["message"]
     missing = rpc(client, "tools/call", name="run_rollout", arguments={}, session_id=session)
-    assert missing["error"]["code"] == -32602 and "instruction" in missing["error"]["message"]
+    assert missing["error"]["code"] == -32602
+    assert "instruction" in missing["error"]["message"]
     assert "unknown session_id" in rpc(client, "tools/list", session_id="nope")["error"]["message"]
     rpc(client, "openenv/session/create")  # the second of MAX_SESSIONS=2
     full = rpc(client, "openenv/session/create")["error"]
-    assert full["code"] == -32000 and full["data"] == {"active_sessions": 2, "max_sessions": 2}
+    assert full["code"] == -32000
+    assert full["data"] == {"active_sessions": 2, "max_sessions": 2}
     assert rpc(client, "openenv/session/close", session_id=session)["result"] == {"session_id": session, "closed": True}
     assert "was closed" in rpc(client, "tools/list", session_id=session)["error"]["message"]
     assert rpc(client, "openenv/session/close")["error"]["code"] == -32602
@@ -130,7 +143,8 @@ def test_ws_attaches_to_an_mcp_session_and_shares_its_state(client: TestClient) 
         assert ws.receive_json()["data"] == {"jsonrpc": "2.0", "id": 7, "result": {"session_id": session}}
         ws.send_json({"type": "step", "data": {"type": "call_tool", "tool_name": "run_rollout", "arguments": {"x": 1}}})
         observation = ws.receive_json()["data"]["observation"]
-        assert observation["error"]["error_type"] == "invalid_args" and observation["result"] is None
+        assert observation["error"]["error_type"] == "invalid_args"
+        assert observation["result"] is None
         ws.send_text("{nope")
         assert ws.receive_json()["data"]["code"] == "INVALID_JSON"
         ws.send_json({"type": "dance"})
@@ -140,7 +154,8 @@ def test_ws_attaches_to_an_mcp_session_and_shares_its_state(client: TestClient) 
         closing = rpc(client, "openenv/session/close", session_id=session)["result"]
         assert closing == {"session_id": session, "closed": False, "closing": True}
         ws.send_json({"type": "close"})
-    assert state.episode_id and "was closed" in rpc(client, "tools/list", session_id=session)["error"]["message"]
+    assert state.episode_id
+    assert "was closed" in rpc(client, "tools/list", session_id=session)["error"]["message"]
     with client.websocket_connect("/ws?session_id=nope") as ws:
         assert ws.receive_json()["data"]["code"] == "SESSION_ERROR"
 
@@ -152,7 +167,8 @@ def test_idle_sessions_expire_with_a_clear_error(tmp_path: Path) -> None:
         while client.get("/health").json()["sessions"] and time.monotonic() < deadline:
             time.sleep(0.05)
         error = rpc(client, "tools/list", session_id=session)["error"]
-        assert error["code"] == -32602 and "expired after 0.2s" in error["message"]
+        assert error["code"] == -32602
+        assert "expired after 0.2s" in error["message"]
 
 
 @pytest.mark.parametrize(
@@ -196,7 +212,8 @@ def test_run_rollout_arguments_map_to_a_rollout_request(tmp_path: Path, argument
         assert getattr(request, name) == value, name
     if thinking is not None:
         assert ("chat_template_kwargs" not in request.sampling) == thinking
-    assert request.task.limits.max_tokens_per_turn == 4096 and request.task.limits.wall_s == 600
+    assert request.task.limits.max_tokens_per_turn == 4096
+    assert request.task.limits.wall_s == 600
 
 
 def test_run_rollout_argument_edges(tmp_path: Path) -> None:

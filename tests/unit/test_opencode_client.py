@@ -116,16 +116,19 @@ def test_session_runs_the_harness_protocol():
     factory = factory_with(service)
     session = factory.create([{"role": "user", "content": TASK["instruction"]}], seed=3, episode_id="e")
     assert isinstance(session, TrainableSession)
-    assert session.wait_for_completion() == 0 and service.waits == 2
+    assert session.wait_for_completion() == 0
+    assert service.waits == 2
     trace = session.fetch_training_trace()
     assert trace.turns[0].completion_token_ids == [4, 5]
     result = session.verify([])
-    assert result.env_reward == 1.0 and result.metrics["tests_passed"] == 1
+    assert result.env_reward == 1.0
+    assert result.metrics["tests_passed"] == 1
     session.close()
     session.close()  # idempotent
     created = json.loads(next(r for r in service.requests if r.url.path == "/rollouts").content)
     assert Task.model_validate(created["task"]) == Task.model_validate(TASK)
-    assert created["sampling"] == {"temperature": 0.7} and session.task_id == "t1"
+    assert created["sampling"] == {"temperature": 0.7}
+    assert session.task_id == "t1"
     assert [r.method for r in service.requests].count("DELETE") == 1
     assert {r.url.host for r in service.requests} == {"opencode-env"}  # one name, resolved to nothing else
 
@@ -150,4 +153,6 @@ def test_unknown_prompt_capacity_and_errors_are_clear():
 def test_factory_pickles_without_its_connection():
     factory = factory_with(FakeService())
     clone = pickle.loads(pickle.dumps(factory))
-    assert clone._replicas is None and clone.tasks == factory.tasks and clone.sampling == {"temperature": 0.7}
+    assert clone._replicas is None
+    assert clone.tasks == factory.tasks
+    assert clone.sampling == {"temperature": 0.7}

@@ -49,7 +49,8 @@ def test_seat_ports_upstreams_and_overlaps() -> None:
     )
     assert settings.seats == 3
     assert [settings.seat_of_proxy_port(p) for p in (24000, 24002, 24003, 8000)] == [0, 2, None, None]
-    assert settings.upstream_allowed("http://inference:8000/v1/") and settings.upstream_allowed("http://other:9000")
+    assert settings.upstream_allowed("http://inference:8000/v1/")
+    assert settings.upstream_allowed("http://other:9000")
     assert not settings.upstream_allowed("http://10.0.0.1:22")
     assert normalize_upstream("http://x:1/v1/") == "http://x:1"
     with pytest.raises(SystemExit, match="overlap"):
@@ -68,7 +69,8 @@ def test_a_key_is_accepted_only_on_its_own_seats_port(tmp_path) -> None:
         assert manager.caller(rollout.key, 1 - seat) == (None, False)  # stolen, used from another seat
         sandbox = Sandbox(tmp_path / "sb", "w", 20001, Limits(), sys.executable)
         manager.warming["warm-key"] = Prepared("w", "warm-key", 1, Limits(), sandbox, manager._agent(sandbox, 1))
-        assert manager.caller("warm-key", 1) == (None, True) and manager.caller("warm-key", 0) == (None, False)
+        assert manager.caller("warm-key", 1) == (None, True)
+        assert manager.caller("warm-key", 0) == (None, False)
         assert manager.caller("nope", None) == (None, False)
 
     asyncio.run(scenario())
@@ -81,8 +83,10 @@ def test_traces_are_root_only_and_unfinished_rollouts_become_infra_failures(tmp_
     assert stat.S_IMODE(os.stat(tmp_path / "traces").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(tmp_path / "traces" / "cut.json").st_mode) == 0o600
     assert store.mark_unfinished(FINAL, INFRA_FAILURE, "service restarted") == 1
-    assert store.load("cut")[0]["status"] == INFRA_FAILURE and store.load("done")[0]["status"] == "completed"
-    assert store.load(".cut") is None and store.load("../x") is None
+    assert store.load("cut")[0]["status"] == INFRA_FAILURE
+    assert store.load("done")[0]["status"] == "completed"
+    assert store.load(".cut") is None
+    assert store.load("../x") is None
 
 
 def test_disk_usage_counts_blocks_once_and_follows_no_link(tmp_path) -> None:
@@ -133,7 +137,8 @@ def test_rate_limit_passes_a_burst_then_counts_what_it_dropped(monkeypatch) -> N
     assert limit.filter(record(logging.INFO))
     clock[0] = 11.0
     later = record()
-    assert limit.filter(later) and "2 similar lines suppressed" in later.getMessage()
+    assert limit.filter(later)
+    assert "2 similar lines suppressed" in later.getMessage()
 
 
 def test_a_seat_port_counts_as_ours_only_if_our_process_group_listens_on_it(tmp_path) -> None:

@@ -89,7 +89,8 @@ def test_rollouts_spread_by_free_slots_and_every_call_stays_on_its_replica() -> 
     for address, calls in replicas.calls.items():
         rollout_calls = [c for c in calls if "/rollouts/" in c]
         # Each replica saw wait, verify and close of exactly its own two rollouts (a foreign one would 404).
-        assert len(rollout_calls) == 6 and all(address in c for c in rollout_calls)
+        assert len(rollout_calls) == 6
+        assert all(address in c for c in rollout_calls)
     # A replica with more free slots is preferred: free the second one's slots, fill the first's.
     assert replicas.active == {"10.0.0.2": 0, "10.0.0.3": 0}
     replicas.active["10.0.0.2"] = 1
@@ -102,7 +103,8 @@ def test_the_service_name_is_used_when_tasks_do_not_resolve_and_an_ip_url_is_one
     assert pool.addresses() == ["10.0.0.5", "10.0.0.6"]
     single = pool_of(replicas, {}, base_url="http://10.0.0.5:8000")
     client, created = single.start(lambda c: c.create_rollout(TASK))
-    assert client.base_url == "http://10.0.0.5:8000" and created.rollout_id.startswith("10.0.0.5")
+    assert client.base_url == "http://10.0.0.5:8000"
+    assert created.rollout_id.startswith("10.0.0.5")
 
 
 def test_a_dead_replica_is_skipped_and_takes_work_again_when_it_answers() -> None:

@@ -91,12 +91,16 @@ class FakeRollout:
 def test_prepare_forces_capture_fields_model_sampling_and_caps_tokens() -> None:
     body = {"model": "rlstack/policy", "messages": [], "max_tokens": 5000, "stream": True, "temperature": 0.1}
     out = Proxy(http=None).prepare(FakeRollout(), body, max_tokens=256)  # type: ignore[arg-type]
-    assert out["model"] == "served-model" and out["temperature"] == 0.7
-    assert out["logprobs"] is True and out["return_token_ids"] is True
-    assert out["max_tokens"] == 256 and out["stream_options"] == {"include_usage": True}
+    assert out["model"] == "served-model"
+    assert out["temperature"] == 0.7
+    assert out["logprobs"] is True
+    assert out["return_token_ids"] is True
+    assert out["max_tokens"] == 256
+    assert out["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 5000  # the agent's request is not mutated
     small = Proxy(http=None).prepare(FakeRollout(), {"messages": [], "max_completion_tokens": 10}, max_tokens=256)  # type: ignore[arg-type]
-    assert small["max_tokens"] == 10 and "max_completion_tokens" not in small
+    assert small["max_tokens"] == 10
+    assert "max_completion_tokens" not in small
     assert "top_logprobs" not in out
     assert Proxy(http=None).prepare(FakeRollout(top_logprobs=5), body, max_tokens=8)["top_logprobs"] == 5  # type: ignore[arg-type]
 
@@ -104,8 +108,11 @@ def test_prepare_forces_capture_fields_model_sampling_and_caps_tokens() -> None:
 def test_black_box_rollouts_are_relayed_as_sent_within_the_budget() -> None:
     body = {"messages": [], "max_tokens": 5000, "top_logprobs": 3}
     out = Proxy(http=None).prepare(FakeRollout(record_turns=False, top_logprobs=5), body, max_tokens=256)  # type: ignore[arg-type]
-    assert "logprobs" not in out and "return_token_ids" not in out and out["top_logprobs"] == 3
-    assert out["max_tokens"] == 256 and out["model"] == "served-model"
+    assert "logprobs" not in out
+    assert "return_token_ids" not in out
+    assert out["top_logprobs"] == 3
+    assert out["max_tokens"] == 256
+    assert out["model"] == "served-model"
 
 
 def test_prefix_check() -> None:
@@ -156,11 +163,13 @@ def test_warm_up_reply_is_a_complete_chat_completion(stream: bool) -> None:
 
     sent = asyncio.run(_collect(lambda send: send_warm_up_reply(send, stream)))
     start, body = sent
-    assert start["status"] == 200 and body["body"]
+    assert start["status"] == 200
+    assert body["body"]
     headers = dict(start["headers"])
     assert int(headers[b"content-length"]) == len(body["body"])
     if stream:
-        assert headers[b"content-type"] == b"text/event-stream" and body["body"].endswith(b"data: [DONE]\n\n")
+        assert headers[b"content-type"] == b"text/event-stream"
+        assert body["body"].endswith(b"data: [DONE]\n\n")
         acc = StreamAccumulator()
         acc.feed(body["body"])
         assert acc.response()["choices"][0] == {
@@ -214,7 +223,8 @@ def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_
     async def scenario() -> None:
         settings = Settings(max_concurrent_rollouts=1, agent_spares=3, sandbox_root=tmp_path / "sb")
         manager = RolloutManager(settings, TraceStore(tmp_path / "traces"))
-        assert manager.seats == 4 and manager.free_seats == [0, 1, 2, 3]
+        assert manager.seats == 4
+        assert manager.free_seats == [0, 1, 2, 3]
         wanted, other = Limits(max_turns=2), Limits()
         never = asyncio.get_running_loop().create_future()
 
@@ -296,4 +306,6 @@ def test_a_turn_carries_a_weight_version_only_when_no_reload_fell_within_the_cal
         return version, again, len(reads)
 
     version, again, reads = asyncio.run(scenario())
-    assert version == expected and reads == 2 and again == server_versions[1]
+    assert version == expected
+    assert reads == 2
+    assert again == server_versions[1]

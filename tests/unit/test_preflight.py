@@ -50,7 +50,8 @@ def bin_dir() -> Iterator[Path]:
 def test_missing_compose_plugin_names_the_command_to_run(bin_dir: Path, purpose: str) -> None:
     fake_docker(bin_dir, compose=False)
     out = preflight(bin_dir, purpose)
-    assert out.returncode == 1 and out.stdout == ""
+    assert out.returncode == 1
+    assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert f"make {purpose}: this host lacks the Docker Compose v2 plugin" in lines[0]

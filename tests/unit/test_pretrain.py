@@ -37,7 +37,8 @@ def test_the_answer_is_where_completions_differ() -> None:
 def test_the_completion_is_one_answer_tool_call() -> None:
     from trainer.generation import parse_answer
 
-    assert parse_answer(completion_text("5")) == "5" and completion_text("5").endswith("</tool_call><|im_end|>")
+    assert parse_answer(completion_text("5")) == "5"
+    assert completion_text("5").endswith("</tool_call><|im_end|>")
 
 
 def test_held_out_questions_skip_the_models_pretraining_questions(tmp_path: Path, monkeypatch) -> None:
@@ -52,9 +53,11 @@ def test_held_out_questions_skip_the_models_pretraining_questions(tmp_path: Path
         json.dumps({"question_sha256": [question_digest("p0"), question_digest("p1")]})
     )
     excluded = pretraining_digests(str(tmp_path))
-    assert excluded == {question_digest("p0"), question_digest("p1")} and pretraining_digests("/nonexistent") == set()
+    assert excluded == {question_digest("p0"), question_digest("p1")}
+    assert pretraining_digests("/nonexistent") == set()
     settings = ReasoningGymSettings(env_url="http://unused", seed=42)
     questions, skipped = held_out_questions(settings, 2, seed=1042, count=3, pool=6, excluded=excluded)
-    assert [(q.index, q.text) for q in questions] == [(2, "h0"), (4, "h1"), (5, "h2")] and skipped == 3
+    assert [(q.index, q.text) for q in questions] == [(2, "h0"), (4, "h1"), (5, "h2")]
+    assert skipped == 3
     with pytest.raises(ConfigError, match="2 pre-training questions"):
         held_out_questions(settings, 2, seed=1042, count=4, pool=6, excluded=excluded)

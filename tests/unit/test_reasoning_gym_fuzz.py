@@ -165,7 +165,8 @@ class Bystanders:
         assert reply["data"]["observation"]["question"] == EXPECTED[self.ws_index % 10]["question"]
         answer = EXPECTED[self.http_index]["answer"]
         step = self.client.post("/step", json={"session_id": self.session_id, "action": {"answer": answer}})
-        assert step.status_code == 200 and step.json()["reward"] == 1.0
+        assert step.status_code == 200
+        assert step.json()["reward"] == 1.0
         self.http_index += 1
         reply = self.client.post("/reset", json={"session_id": self.session_id}).json()
         assert reply["observation"]["question"] == EXPECTED[self.http_index % 10]["question"]
@@ -265,7 +266,8 @@ def test_websocket_refuses_every_bad_frame_with_an_error_frame(client: TestClien
         for i, frame in enumerate(frames):
             ws.send_text(frame if isinstance(frame, str) else json.dumps(frame))
             reply = ws.receive_json()
-            assert reply["type"] == "error" and reply["data"]["message"], (str(frame)[:200], reply)
+            assert reply["type"] == "error", (str(frame)[:200], reply)
+            assert reply["data"]["message"], (str(frame)[:200], reply)
             if i % 50 == 0:
                 bystanders.check()
         ws.send_bytes(b"\xff\xfe")

@@ -97,7 +97,8 @@ def test_websocket_episode_uses_openenv_frames(client: TestClient) -> None:
         assert (step["data"]["reward"], step["data"]["done"]) == (1.0, True)
         assert step["data"]["observation"]["correct_answer"] == expected[0]["answer"]
         state = ws_call(ws, {"type": "state"})
-        assert state["type"] == "state" and state["data"]["step_count"] == 1
+        assert state["type"] == "state"
+        assert state["data"]["step_count"] == 1
         assert ws_call(ws, {"type": "reset", "data": {}})["data"]["observation"]["question"] == expected[1]["question"]
 
 
@@ -121,7 +122,9 @@ def test_bad_frames_get_error_frames_and_the_session_survives(client: TestClient
         ws_call(ws, {"type": "reset", "data": CHAIN})
         ws.send_text(raw)
         error = ws.receive_json()
-        assert error["type"] == "error" and error["data"]["code"] == code and error["data"]["message"]
+        assert error["type"] == "error"
+        assert error["data"]["code"] == code
+        assert error["data"]["message"]
         reply = ws_call(ws, {"type": "reset", "data": {}})
         assert reply["data"]["observation"]["question"] == expected[1]["question"]
 
@@ -129,7 +132,8 @@ def test_bad_frames_get_error_frames_and_the_session_survives(client: TestClient
 def test_step_before_reset_is_an_error_frame(client: TestClient) -> None:
     with client.websocket_connect("/ws") as ws:
         error = ws_call(ws, {"type": "step", "data": {"answer": "1"}})
-        assert error["data"]["code"] == "SESSION_ERROR" and "before reset" in error["data"]["message"]
+        assert error["data"]["code"] == "SESSION_ERROR"
+        assert "before reset" in error["data"]["message"]
 
 
 def test_bad_input_in_one_session_does_not_touch_another(client: TestClient) -> None:
@@ -191,7 +195,8 @@ def test_http_episode_with_session_id(client: TestClient) -> None:
     assert (step["reward"], step["done"], step["observation"]["score"]) == (1.0, True, 1.0)
     assert client.get("/state", params={"session_id": sid}).json()["step_count"] == 1
     nxt = client.post("/reset", json={"session_id": sid}).json()
-    assert nxt["observation"]["question"] == expected[1]["question"] and nxt["session_id"] == sid
+    assert nxt["observation"]["question"] == expected[1]["question"]
+    assert nxt["session_id"] == sid
     assert client.delete(f"/sessions/{sid}").status_code == 204
     assert client.get("/health").json()["active_sessions"] == 0
 
@@ -219,14 +224,16 @@ def test_http_bad_requests_get_4xx_with_a_message(client, method, path, body, st
     kwargs = {"content": body} if isinstance(body, str) else ({"json": body} if body is not None else {})
     response = client.request(method.upper(), path, **kwargs)
     assert response.status_code == status
-    assert response.json()["detail"]["code"] == code and response.json()["detail"]["message"]
+    assert response.json()["detail"]["code"] == code
+    assert response.json()["detail"]["message"]
     assert client.get("/health").json()["active_sessions"] == 0  # failed resets leave no slot taken
 
 
 def test_http_invalid_action_is_422(client: TestClient) -> None:
     sid = client.post("/reset", json={"open_session": True}).json()["session_id"]
     response = client.post("/step", json={"session_id": sid, "action": {"answr": "1"}})
-    assert response.status_code == 422 and response.json()["detail"]["errors"]
+    assert response.status_code == 422
+    assert response.json()["detail"]["errors"]
 
 
 def test_http_capacity_is_503(client: TestClient) -> None:
@@ -234,14 +241,16 @@ def test_http_capacity_is_503(client: TestClient) -> None:
         client.post("/reset", json={"open_session": True})
     response = client.post("/reset", json={"open_session": True})
     assert response.status_code == 503
-    assert response.json()["detail"]["active_sessions"] == 3 and response.json()["detail"]["max_sessions"] == 3
+    assert response.json()["detail"]["active_sessions"] == 3
+    assert response.json()["detail"]["max_sessions"] == 3
 
 
 def test_stateless_http_reset_holds_no_slot(client: TestClient) -> None:
     expected = reasoning_gym.create_dataset("chain_sum", seed=4, size=10)
     for _ in range(10):  # more than the 3 slots
         reply = client.post("/reset", json=CHAIN)
-        assert reply.status_code == 200 and "session_id" not in reply.json()
+        assert reply.status_code == 200
+        assert "session_id" not in reply.json()
         assert reply.json()["observation"]["question"] == expected[0]["question"]
     assert client.get("/health").json()["active_sessions"] == 0
 
@@ -252,7 +261,8 @@ def test_failed_http_resets_free_their_slots_and_keep_a_sessions_dataset(client:
     for bad in [SPELL_ERROR, MEMORY_HOG, HUGE_QUESTION, {"dataset_name": "nope", "seed": 1, "size": 1}] * 5:
         for body in (bad, {**bad, "open_session": True}, {**bad, "session_id": sid}):
             reply = client.post("/reset", json=body)
-            assert 400 <= reply.status_code < 500 and reply.json()["detail"]["message"], reply.text
+            assert 400 <= reply.status_code < 500, reply.text
+            assert reply.json()["detail"]["message"], reply.text
     assert client.get("/health").json()["active_sessions"] == 1
     nxt = client.post("/reset", json={"session_id": sid}).json()
     assert nxt["observation"]["question"] == expected[1]["question"]
@@ -264,7 +274,8 @@ def test_failed_websocket_reset_keeps_the_dataset_and_the_open_question(client: 
         ws_call(ws, {"type": "reset", "data": CHAIN})
         for bad in (SPELL_ERROR, MEMORY_HOG, HUGE_QUESTION):
             error = ws_call(ws, {"type": "reset", "data": bad})
-            assert error["type"] == "error" and error["data"]["code"] in ("DATASET_ERROR", "DATASET_TOO_COSTLY")
+            assert error["type"] == "error"
+            assert error["data"]["code"] in ("DATASET_ERROR", "DATASET_TOO_COSTLY")
         step = ws_call(ws, {"type": "step", "data": {"answer": expected[0]["answer"]}})
         assert step["data"]["reward"] == 1.0  # still question 0
         assert ws_call(ws, {"type": "reset", "data": {}})["data"]["observation"]["question"] == expected[1]["question"]
@@ -283,19 +294,20 @@ def test_slow_reset_times_out_while_other_sessions_are_served(slow_client: TestC
             )
             assert ws_call(good, {"type": "step", "data": {"answer": expected[i]["answer"]}})["data"]["reward"] == 1.0
         error = slow.receive_json()
-        assert (
-            error["data"]["code"] == "DATASET_TOO_COSTLY" and "DATASET_BUILD_TIMEOUT_S=1s" in error["data"]["message"]
-        )
+        assert error["data"]["code"] == "DATASET_TOO_COSTLY"
+        assert "DATASET_BUILD_TIMEOUT_S=1s" in error["data"]["message"]
         assert ws_call(slow, {"type": "reset", "data": CHAIN})["type"] == "observation"
     health = slow_client.get("/health").json()
-    assert health["dataset_worker_restarts"] == 1 and health["active_sessions"] == 0
+    assert health["dataset_worker_restarts"] == 1
+    assert health["active_sessions"] == 0
 
 
 def test_http_sessions_have_their_own_cap(slow_client: TestClient) -> None:
     for _ in range(2):
         assert slow_client.post("/reset", json={"open_session": True}).status_code == 200
     refused = slow_client.post("/reset", json={"open_session": True})
-    assert refused.status_code == 503 and "MAX_HTTP_SESSIONS" in refused.json()["detail"]["message"]
+    assert refused.status_code == 503
+    assert "MAX_HTTP_SESSIONS" in refused.json()["detail"]["message"]
     with slow_client.websocket_connect("/ws") as ws:  # WebSocket slots are still free
         assert ws_call(ws, {"type": "reset", "data": {}})["type"] == "observation"
     assert slow_client.post("/reset", json={}).status_code == 200  # and stateless resets need none

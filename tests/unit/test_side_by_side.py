@@ -27,7 +27,8 @@ def test_output_is_prefixed_and_closing_texts_come_again_in_the_order_given():
     ]
     assert run_side_by_side(jobs, out) == 0
     lines = out.getvalue().splitlines()
-    assert "[grpo] step 1/80" in lines and "[async-grpo] step 1/2" in lines
+    assert "[grpo] step 1/80" in lines
+    assert "[async-grpo] step 1/2" in lines
     # grpo ended first, but the closing texts follow the order given: its held-out line is last.
     tail = lines[-7:]
     assert tail[:6] == [
@@ -38,7 +39,8 @@ def test_output_is_prefixed_and_closing_texts_come_again_in_the_order_given():
         "[grpo] finished 80 optimizer steps",
         "[grpo] held-out accuracy: 40% -> 70%",
     ]
-    assert tail[6].startswith("2 jobs side by side in 0 min") and "failed" not in tail[6]
+    assert tail[6].startswith("2 jobs side by side in 0 min")
+    assert "failed" not in tail[6]
 
 
 def test_stderr_stays_stderr_and_progress_redraws_keep_the_prefix():
@@ -58,7 +60,8 @@ def test_a_failing_job_fails_the_run_after_the_others_have_finished():
     ]
     assert run_side_by_side(jobs, out) == 2
     text = out.getvalue()
-    assert "[grpo] exited with 2" in text and "[eval] exited with 3" in text
+    assert "[grpo] exited with 2" in text
+    assert "[eval] exited with 3" in text
     assert "[async-grpo] done\n[async-grpo] finished 1 optimizer steps" in text
     assert text.rstrip().endswith("failed: grpo, eval")
 
@@ -80,7 +83,9 @@ def test_sigterm_stops_every_job():
     started = time.monotonic()
     rest = runner.communicate(timeout=30)[0]
     assert time.monotonic() - started < 30
-    assert runner.returncode != 0 and "[a] exited with" in rest and "[b] exited with" in rest
+    assert runner.returncode != 0
+    assert "[a] exited with" in rest
+    assert "[b] exited with" in rest
 
 
 @pytest.mark.parametrize("text", ["grpo", "=grpo-cpu.yaml", "grpo="])

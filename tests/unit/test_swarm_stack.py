@@ -54,11 +54,13 @@ def test_compose_only_settings_become_swarm_ones() -> None:
     # A policy compose.swarm.yaml sets is kept.
     assert stack["services"]["trainer"]["deploy"]["restart_policy"]["max_attempts"] == 40
     assert stack["networks"] == {"default": {"driver": "overlay", "attachable": True}}
-    assert stack["volumes"] == {"models": {}, "outputs": {}} and "name" not in stack
+    assert stack["volumes"] == {"models": {}, "outputs": {}}
+    assert "name" not in stack
 
 
 def test_only_some_services_with_just_their_volumes() -> None:
     stack = swarm_stack.render(CONFIG, ["model-init"])
-    assert list(stack["services"]) == ["model-init"] and stack["volumes"] == {"models": {}}
+    assert list(stack["services"]) == ["model-init"]
+    assert stack["volumes"] == {"models": {}}
     with pytest.raises(SystemExit, match="no service nope"):
         swarm_stack.render(CONFIG, ["nope"])

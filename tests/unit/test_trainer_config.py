@@ -104,7 +104,8 @@ def test_env_overrides_are_typed_and_stack_variables_are_not_settings(tmp_path):
     }  # the GPU stack's Compose variables
     config = load_config(write(tmp_path, "job: grpo\n"), environ=env)
     assert config == {"job": "grpo", "eval": {"num_questions": 20}, "opencode": {"limits": {"max_turns": 3}}}
-    assert typed(config, "eval").num_questions == 20 and typed(config, "eval").pool == 2000
+    assert typed(config, "eval").num_questions == 20
+    assert typed(config, "eval").pool == 2000
     assert typed(config, "opencode").limits == Limits(max_turns=3)
 
 
@@ -114,8 +115,10 @@ def test_config_command_prints_the_effective_config_and_every_key(capsys, monkey
     out = capsys.readouterr().out
     effective, reference = out.split("# every key")
     shown = yaml.safe_load(effective)
-    assert shown["eval"]["num_questions"] == 7 and shown["eval"]["concurrency"] == 2  # override and default
-    assert shown["reasoning_gym"]["dataset"] == "aiw" and shown["pretrain"]["questions"] == 8000
+    assert shown["eval"]["num_questions"] == 7
+    assert shown["eval"]["concurrency"] == 2  # override and default
+    assert shown["reasoning_gym"]["dataset"] == "aiw"
+    assert shown["pretrain"]["questions"] == 8000
     for line in (
         "reasoning_gym.seed  (int or null, default None)",
         "opencode.limits.max_turns  (default 16)",
@@ -148,10 +151,13 @@ def test_shipped_configs_load_by_bare_name(name, monkeypatch, tmp_path):
 
 def test_shipped_task_set_is_graded_with_held_out_tests():
     tasks = load_tasks(split="all")
-    assert len(tasks) == 50 and len({t.task_id for t in tasks}) == 50
+    assert len(tasks) == 50
+    assert len({t.task_id for t in tasks}) == 50
     assert all(len(t.tests) >= 4 and "solution.py" in t.instruction for t in tasks)
     train, held_out = load_tasks(), load_tasks(split="held_out")
-    assert len(train) == 40 and len(held_out) == 10 and not {t.task_id for t in train} & {t.task_id for t in held_out}
+    assert len(train) == 40
+    assert len(held_out) == 10
+    assert not {t.task_id for t in train} & {t.task_id for t in held_out}
     easy = load_tasks(difficulties=[1], limit=3, limits={"max_turns": 4})
     assert [t.task_id[:3] for t in easy] == ["c01", "c02", "c03"]
     assert all(t.limits == Limits(max_turns=4) for t in easy)
@@ -174,7 +180,8 @@ def test_step_line_and_summary():
     records = [{"step": i, "reward": r, "step_time_s": 2.0} for i, r in enumerate([0.0, 0.1, 0.2, 0.5], 1)]
     text = summarize(records, {"metrics": Path("/o/metrics.jsonl"), "plot": None}, window=2)
     assert "first 2 steps 0.050, last 2 steps 0.350 (+0.300)" in text
-    assert "metrics: /o/metrics.jsonl" in text and "plot" not in text
+    assert "metrics: /o/metrics.jsonl" in text
+    assert "plot" not in text
 
 
 def test_trailing_mean_averages_each_step_with_the_steps_before_it():
