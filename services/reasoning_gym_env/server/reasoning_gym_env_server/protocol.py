@@ -28,8 +28,8 @@ def parse_action(data: Any) -> ReasoningGymAction:
 
 
 def parse_reset(data: Any) -> ReasoningGymReset:
-    """Validate reset arguments (absent or empty: a bare reset); raises ``pydantic.ValidationError``."""
-    return ReasoningGymReset.model_validate(data) if data else BARE_RESET
+    """Validate reset arguments (absent or ``{}``: a bare reset); raises ``pydantic.ValidationError``."""
+    return BARE_RESET if data is None or data == {} else ReasoningGymReset.model_validate(data)
 
 
 def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
@@ -77,7 +77,7 @@ async def handle_frame(env: ReasoningGymEnvironment, frame: Any) -> dict[str, An
             f"Unknown message type {str(kind)[:100]!r}; expected one of reset, step, state, close",
             ErrorCode.UNKNOWN_TYPE,
         )
-    if len(frame) > len(allowed) or not frame.keys() <= allowed:
+    if not frame.keys() <= allowed:
         unknown = sorted(str(key)[:100] for key in frame.keys() - allowed)[:10]
         return error_frame(
             f"Unknown keys {unknown} in a '{kind}' message; allowed: {', '.join(sorted(allowed))}",
