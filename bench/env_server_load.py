@@ -97,7 +97,12 @@ class FrameClient:
         """A client text frame carrying ``message`` as JSON."""
         payload = orjson.dumps(message)
         size = len(payload)
-        header = bytes([0x81, 0x80 | size]) if size < 126 else bytes([0x81, 0xFE]) + struct.pack("!H", size)
+        if size < 126:
+            header = bytes([0x81, 0x80 | size])
+        elif size < 1 << 16:
+            header = bytes([0x81, 0xFE]) + struct.pack("!H", size)
+        else:
+            header = bytes([0x81, 0xFF]) + struct.pack("!Q", size)
         return header + b"\0\0\0\0" + payload
 
     async def call(self, frame: bytes) -> bytes:
