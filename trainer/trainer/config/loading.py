@@ -1,9 +1,10 @@
-"""Job configuration: a YAML file, then environment variables, then ``--set`` overrides.
+"""Job configuration: a YAML file, then environment variables, then ``--set`` overrides, parsed once
+into a ``TrainerConfig``.
 
 Keys are dotted paths into the YAML (``grpo.learning_rate``). Environment variables name them with
 the ``TRAINER_`` prefix and ``__`` between levels (``TRAINER_GRPO__LEARNING_RATE=1e-5``); values are
-parsed as YAML, so numbers, booleans and lists keep their types. The file and every override are
-checked against the schema (``settings``) at any depth, so a typo or a wrong type fails at start-up,
+parsed as YAML, so numbers, booleans and lists keep their types. The file and then each override is
+validated against the schema, so a typo, a wrong type or another job's section fails at start-up,
 naming the key and where it came from, instead of being ignored.
 """
 
@@ -13,9 +14,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import yaml
 
-from .settings import ConfigError, check
+from .errors import ConfigError
+from .messages import first_message
+from .schema import TrainerConfig, job_of_section
 
 ENV_PREFIX = "TRAINER_"
 # Compose variables of the GPU stack that share the prefix: they place the containers (.env reaches
@@ -50,6 +54,8 @@ def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
     node = config
     for key in keys[:-1]:
         child = node.setdefault(key, {})
+        if child is None:
+            child = node[key] = {}
         if not isinstance(child, dict):
             raise ConfigError(f"cannot set {dotted!r}: {key!r} is not a section")
         node = child
@@ -69,6 +75,20 @@ def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
     ]
 
 
+def variables_for_job(job: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the ``TRAINER_*`` variables of another job's sections: what a process
+    running ``job`` beside other jobs (``ops.side_by_side``) is given."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if not (name.startswith(ENV_PREFIX) and _owner(name) not in (None, job))
+    }
+
+
+def _owner(variable: str) -> str | None:
+    return job_of_section(variable[len(ENV_PREFIX) :].lower().split("__")[0])
+
+
 def cli_overrides(assignments: Sequence[str]) -> list[tuple[str, Any, str]]:
     """``["grpo.max_steps=3"]`` -> ``[("grpo.max_steps", 3, "--set grpo.max_steps=3")]``."""
     pairs = []
@@ -80,36 +100,48 @@ def cli_overrides(assignments: Sequence[str]) -> list[tuple[str, Any, str]]:
     return pairs
 
 
-def load_config(
-    path: Path, assignments: Sequence[str] = (), environ: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """The YAML at ``path`` with environment and command-line overrides applied (in that order)."""
-    if not path.exists() and not path.is_absolute() and bundled_config(path.name).exists() and path.parent == Path("."):
+def read_yaml(path: Path) -> Any:
+    """The YAML at ``path`` (a bare shipped name like ``grpo-cpu.yaml`` works too)."""
+    if not path.exists() and not path.is_absolute() and path.parent == Path(".") and bundled_config(path.name).exists():
         path = bundled_config(path.name)
     try:
-        config = yaml.safe_load(path.read_text()) or {}
+        return yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file {path} not found (shipped configs: trainer/trainer/configs/*.yaml)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+
+
+def validate(raw: Any, source: str) -> TrainerConfig:
+    """``raw`` as a ``TrainerConfig``; a ``ConfigError`` naming ``source`` and the key otherwise."""
     try:
-        check(config)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        return TrainerConfig.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(f"{source}: {first_message(exc, TrainerConfig)}") from None
+
+
+def load_config(
+    path: Path,
+    assignments: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+    job: str | None = None,
+) -> TrainerConfig:
+    """The YAML at ``path`` with environment and command-line overrides applied (in that order).
+
+    ``job`` is the command's job (``grpo``/``async-grpo``): the file's ``job`` must match it, and a
+    file without one is taken as that job's. Without it (``eval``, ``pretrain``, ``config``) a file
+    without ``job`` is a GRPO config.
+    """
+    raw = read_yaml(path)
+    if isinstance(raw, dict) and job is not None:
+        if raw.get("job", job) != job:
+            raise ConfigError(f"{path} is a {raw['job']!r} config; run `python -m trainer {raw['job']}`")
+        raw.setdefault("job", job)
+    config = validate(raw, str(path))
     for key, value, source in env_overrides(os.environ if environ is None else environ) + cli_overrides(assignments):
-        single: dict[str, Any] = {}
-        set_path(single, key, value)
         try:
-            check(single)
-            set_path(config, key, value)
+            set_path(raw, key, value)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+        config = validate(raw, source)
     return config
-
-
-def section(config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """A sub-mapping of the config (empty when absent)."""
-    value = config.get(name) or {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{name!r} must be a mapping, got {type(value).__name__}")
-    return dict(value)

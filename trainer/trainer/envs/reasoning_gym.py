@@ -13,31 +13,15 @@ question; an answer lost to the restart gives reward ``None`` (TRL ignores the s
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
 
-log = logging.getLogger("trainer.reasoning_gym")
+from ..config import ReasoningGymConfig
+from .errors import EnvUnavailable
 
-PROMPT = (
-    "Solve the problem below. Reply by calling the `answer` tool exactly once with your final answer "
-    "(only the answer, no explanation)."
-)
-
-
-@dataclass(frozen=True)
-class ReasoningGymSettings:
-    """Where the env service is and which dataset its sessions serve."""
-
-    env_url: str
-    dataset: str = "chain_sum"
-    dataset_config: dict[str, Any] = field(default_factory=dict)
-    seed: int = 42
-    dataset_size: int = 1000
-    connect_timeout_s: float = 10.0
-    message_timeout_s: float = 60.0
-    reconnect_attempts: int = 5
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,14 +37,10 @@ class AnswerRecord:
     error: str | None = None
 
 
-class EnvUnavailable(RuntimeError):
-    """The env service could not be reached even after reconnecting."""
-
-
 class ReasoningGymToolEnv:
     """One pooled environment instance (TRL makes one per completion in a generation batch)."""
 
-    def __init__(self, settings: ReasoningGymSettings) -> None:
+    def __init__(self, settings: ReasoningGymConfig) -> None:
         self._settings = settings
         self._client: Any = None
         self._resets = 0  # questions served so far: what a reconnect replays

@@ -1,6 +1,6 @@
 """GPU pre-flight: what the GPU stack needs from the host, checked before anything long starts.
 
-Runs twice. ``make up-gpu`` / ``make gpu-smoke`` run this file with ``python3`` in a container with
+``make up-gpu`` / ``make gpu-smoke`` run this file with ``python3`` in a container with
 ``--gpus all`` (standard library only, so any Python image does), which also proves that the NVIDIA
 container toolkit works; it reads ``nvidia-smi`` and decides the topology:
 
@@ -9,11 +9,10 @@ container toolkit works; it reads ``nvidia-smi`` and decides the topology:
 - ``one``: one GPU; the GRPO job runs vLLM inside the trainer (TRL ``vllm_mode: colocate``) and
   AsyncGRPO, which only talks to a separate vLLM server, is skipped.
 
-The trainer calls :func:`check_training_device` at the start of a CUDA job for what only the
-container can see (CUDA usable by torch, the device's compute capability, free memory, writable
-caches).
+What only the trainer container can see (CUDA usable by torch, the device's compute capability,
+writable caches) is checked at the start of a CUDA job by ``device_check``.
 
-    python3 gpu_preflight.py [--nvidia-smi-output FILE]    # settings from the environment
+    python3 preflight.py [--nvidia-smi-output FILE]    # settings from the environment
 """
 
 import argparse
@@ -213,45 +212,6 @@ def _check_free(verdict: Verdict, gpu: Gpu, need_gib: float, what: str) -> None:
             "(GPU_TRAINER_MEMORY_GIB: the trainer's estimate, 16 bytes per parameter plus activations; "
             "free the GPU or lower the vLLM share)"
         )
-
-
-def unwritable(folders: Sequence[str]) -> list[str]:
-    """The folders (created if missing) this user cannot create a file in, each with the reason."""
-    bad = []
-    for folder in folders:
-        path = Path(folder)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            probe = path / f".rlstack-write-probe-{os.getpid()}"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as error:
-            bad.append(f"{folder} ({error.strerror or error})")
-    return bad
-
-
-def check_training_device(async_grpo: bool, env: Mapping[str, str] | None = None) -> list[str]:
-    """In the trainer container, before the model loads: CUDA usable, the FA3 capability for
-    AsyncGRPO, and writable caches. Returns the problems (empty: go on)."""
-    import torch
-
-    env = os.environ if env is None else env
-    problems = []
-    if not torch.cuda.is_available():
-        problems.append(
-            "CUDA is not usable by torch here (torch is built for CUDA 13.0: NVIDIA driver >= 580, "
-            "and the container needs a GPU: deploy.resources.reservations.devices)"
-        )
-    elif async_grpo:
-        major, minor = torch.cuda.get_device_capability()
-        if f"{major}.{minor}" not in FA3_CAPABILITIES:
-            problems.append(
-                f"{torch.cuda.get_device_name()} has compute capability {major}.{minor}; AsyncGRPO's "
-                f"FA3 kernel is built for {' and '.join(FA3_CAPABILITIES)} only"
-            )
-    caches = [env[name] for name in ("HF_HOME", "KERNELS_CACHE", "TRACKIO_DIR") if env.get(name)]
-    problems += [f"cache folder not writable: {bad}" for bad in unwritable(caches)]
-    return problems
 
 
 def query_nvidia_smi() -> str:

@@ -26,30 +26,17 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .generation import messages_for
-from .held_out import PRETRAINING_MANIFEST as MANIFEST
-from .held_out import labelled_questions, question_digest
-from .reasoning_gym_tools import ReasoningGymSettings
-from .settings import ConfigError, PretrainSettings, required_model, typed
+from ..config import ConfigError, PretrainConfig, ReasoningGymConfig, TrainerConfig
+from ..evaluation.generation import messages_for
+from ..evaluation.questions import PRETRAINING_MANIFEST as MANIFEST
+from ..evaluation.questions import labelled_questions, question_digest
+from ..evaluation.reasoning_gym import answer_tool
 
-log = logging.getLogger("trainer.pretrain")
+log = logging.getLogger(__name__)
 VERSION = "2"
-
-
-def pretrain_settings(config: dict[str, Any]) -> PretrainSettings:
-    """The validated ``pretrain`` section (``ConfigError`` on an unknown key or a bad value)."""
-    settings = typed(config, "pretrain")
-    if not 0.0 <= settings.label_noise < 1.0 or settings.questions < settings.batch_size:
-        raise ConfigError("pretrain.label_noise must be in [0, 1) and pretrain.questions >= pretrain.batch_size")
-    if settings.question_loss < 0:
-        raise ConfigError(
-            f"pretrain.question_loss must be >= 0 (0: no loss on the questions), got {settings.question_loss}"
-        )
-    return settings
 
 
 def completion_text(answer: str) -> str:
@@ -58,41 +45,35 @@ def completion_text(answer: str) -> str:
     return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
 
 
-def _recipe(config: dict[str, Any], settings: PretrainSettings, rg: ReasoningGymSettings) -> dict[str, Any]:
+def _recipe(settings: PretrainConfig, rg: ReasoningGymConfig) -> dict[str, Any]:
     """Everything the output depends on (``--if-missing`` compares it)."""
     return {
         "version": VERSION,
-        "settings": asdict(settings),
+        "settings": settings.model_dump(),
         "dataset": rg.dataset,
         "dataset_config": rg.dataset_config,
-        "prompt": typed(config, "reasoning_gym").prompt,
+        "prompt": rg.prompt,
     }
 
 
-def already_done(config: dict[str, Any]) -> bool:
+def already_done(config: TrainerConfig) -> bool:
     """Whether the config's model folder holds what ``run`` would write."""
-    from .evaluate import reasoning_gym_settings
-
-    path = Path(required_model(config)) / MANIFEST
+    path = Path(config.require_model()) / MANIFEST
     try:
         recorded = json.loads(path.read_text())["recipe"]
     except (OSError, ValueError, KeyError):
         return False
-    return recorded == json.loads(
-        json.dumps(_recipe(config, pretrain_settings(config), reasoning_gym_settings(config)))
-    )
+    return recorded == json.loads(json.dumps(_recipe(config.pretrain, config.reasoning_gym)))
 
 
-def run(config: dict[str, Any]) -> dict[str, Any]:
+def run(config: TrainerConfig) -> dict[str, Any]:
     """Pre-train and write the config's ``model`` folder; returns the manifest."""
     import torch
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
 
-    from .evaluate import answer_tool, reasoning_gym_settings
-
-    settings, rg = pretrain_settings(config), reasoning_gym_settings(config)
-    prompt = typed(config, "reasoning_gym").prompt
-    out = Path(required_model(config))
+    settings, rg = config.pretrain, config.reasoning_gym
+    prompt = rg.prompt
+    out = Path(config.require_model())
     began = time.monotonic()
     torch.manual_seed(settings.init_seed)
     log.info(
@@ -163,7 +144,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     tokenizer.save_pretrained(out)
     model.save_pretrained(out, safe_serialization=True)
     manifest = {
-        "recipe": _recipe(config, settings, rg),
+        "recipe": _recipe(settings, rg),
         "skill_steps": skill_steps,
         "skill_answer_loss": skill_loss,
         "partial_answer_loss": noise_loss,
@@ -191,7 +172,7 @@ class _SharedHeadTrainer:
     EMA = 0.9
 
     def __init__(
-        self, model: Any, prompts: Sequence[list[int]], pad: int, settings: PretrainSettings, rng: random.Random
+        self, model: Any, prompts: Sequence[list[int]], pad: int, settings: PretrainConfig, rng: random.Random
     ) -> None:
         import torch
 

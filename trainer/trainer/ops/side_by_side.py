@@ -1,7 +1,8 @@
-"""``python -m trainer.side_by_side --job JOB=CONFIG [--job JOB=CONFIG ...]``: training jobs at once.
+"""``python -m trainer.ops.side_by_side --job JOB=CONFIG [--job JOB=CONFIG ...]``: training jobs at once.
 
-Each job runs as ``python -m trainer JOB --config CONFIG`` (same environment, so ``TRAINER_*``
-overrides reach it); its output lines are prefixed with ``[JOB]``, stdout to stdout and stderr (log
+Each job runs as ``python -m trainer JOB --config CONFIG`` in this environment, less the
+``TRAINER_*`` variables of the other job's sections (``TRAINER_GRPO__MAX_STEPS`` reaches the GRPO
+job only). Each job's output lines are prefixed with ``[JOB]``, stdout to stdout and stderr (log
 records, progress bars: every ``\r`` redraw keeps the prefix) to stderr. When all have ended, each job's
 closing text (from its ``finished N optimizer steps`` line on) is printed again, in the order given,
 and the exit status is the first failing job's (0 if none failed). SIGTERM/SIGINT stop every job.
@@ -20,6 +21,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
+
+from ..config import variables_for_job
 
 CLOSING = "finished "  # summarize()'s first line: "finished N optimizer steps"
 
@@ -41,7 +44,9 @@ def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout, err: TextIO = sy
     lock = threading.Lock()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for job in jobs:
-        job.process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        job.process = subprocess.Popen(
+            job.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=variables_for_job(job.label, env)
+        )
     relays = [
         threading.Thread(target=_relay, args=(job, stream, target, lock), daemon=True)
         for job in jobs
@@ -98,7 +103,9 @@ def parse_job(text: str) -> Job:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.side_by_side", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m trainer.ops.side_by_side",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--job", dest="jobs", action="append", type=parse_job, required=True, metavar="JOB=CONFIG")
     return run_side_by_side(parser.parse_args(argv).jobs)

@@ -1,10 +1,9 @@
-"""Held-out reasoning-gym questions (disjoint from the training questions), scored by the env
-server, and the statistics of a held-out evaluation."""
+"""Held-out reasoning-gym questions (disjoint from the training and pre-training questions), and
+their answers scored by the env server."""
 
 import contextlib
 import hashlib
 import json
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +11,10 @@ from typing import Any
 
 from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
 
-from .config import ConfigError
-from .reasoning_gym_tools import EnvUnavailable, ReasoningGymSettings
+from ..config import ConfigError, ReasoningGymConfig
+from ..envs.errors import EnvUnavailable
 
-Z95 = 1.959963984540054
-PRETRAINING_MANIFEST = "rlstack_pretraining.json"  # written into a model folder by ``trainer.pretrain``
+PRETRAINING_MANIFEST = "rlstack_pretraining.json"  # written into a model folder by ``trainer.jobs.pretrain``
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,7 @@ def pretraining_digests(model_dir: str) -> frozenset[str]:
     return frozenset(json.loads(path.read_text())["question_sha256"])
 
 
-def _session(settings: ReasoningGymSettings) -> Any:
+def _session(settings: ReasoningGymConfig) -> Any:
     """A connected session of the env service, or ``EnvUnavailable`` saying where it was looked for."""
     env = ReasoningGymEnv(
         base_url=settings.env_url,
@@ -56,7 +54,7 @@ def _session(settings: ReasoningGymSettings) -> Any:
     return env
 
 
-def _walk(settings: ReasoningGymSettings, seed: int, size: int, count: int) -> Iterator[str]:
+def _walk(settings: ReasoningGymConfig, seed: int, size: int, count: int) -> Iterator[str]:
     """The first ``count`` questions of the dataset ``(settings.dataset, seed, size)``, in order, as
     they are read (stop early and the session closes)."""
     with _session(settings) as env:
@@ -67,7 +65,7 @@ def _walk(settings: ReasoningGymSettings, seed: int, size: int, count: int) -> I
             yield env.reset().observation.question
 
 
-def labelled_questions(settings: ReasoningGymSettings, seed: int, count: int) -> list[tuple[str, str]]:
+def labelled_questions(settings: ReasoningGymConfig, seed: int, count: int) -> list[tuple[str, str]]:
     """The first ``count`` questions of the dataset ``(settings.dataset, seed, count)`` with the correct
     answer the server reveals once a question is answered (pre-training data)."""
     examples = []
@@ -86,7 +84,7 @@ def labelled_questions(settings: ReasoningGymSettings, seed: int, count: int) ->
 
 
 def held_out_questions(
-    training: ReasoningGymSettings,
+    training: ReasoningGymConfig,
     training_questions: int,
     seed: int,
     count: int,
@@ -125,7 +123,7 @@ def held_out_questions(
 
 
 def score_answers(
-    training: ReasoningGymSettings,
+    training: ReasoningGymConfig,
     seed: int,
     pool: int,
     questions: Sequence[Question],
@@ -160,57 +158,6 @@ def score_answers(
                 }
             )
     return records
-
-
-def proportion_ci(successes: int, n: int) -> tuple[float, float]:
-    """Wilson score interval (95%) of a proportion."""
-    if n == 0:
-        return 0.0, 0.0
-    p = successes / n
-    centre = (p + Z95**2 / (2 * n)) / (1 + Z95**2 / n)
-    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / (1 + Z95**2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, low, high): normal 95% interval of a mean."""
-    n = len(values)
-    mean = sum(values) / n if n else 0.0
-    if n < 2:
-        return mean, mean, mean
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, mean - Z95 * sd / math.sqrt(n), mean + Z95 * sd / math.sqrt(n)
-
-
-def summary_of(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Accuracy (Wilson 95% CI) and mean score (normal 95% CI) of scored records."""
-    correct = sum(r["correct"] for r in records)
-    low, high = proportion_ci(correct, len(records))
-    score, score_low, score_high = mean_ci([r["score"] for r in records])
-    return {
-        "questions": len(records),
-        "accuracy": correct / len(records) if records else 0.0,
-        "accuracy_ci": [low, high],
-        "mean_score": score,
-        "mean_score_ci": [score_low, score_high],
-        "answered": sum(r["answer"] is not None for r in records),
-    }
-
-
-def paired_difference(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """After minus before on the same questions: accuracy points and their 95% CI (paired)."""
-    if [r["index"] for r in before] != [r["index"] for r in after]:
-        raise ValueError("before and after were not evaluated on the same questions")
-    mean, low, high = mean_ci([float(a["correct"]) - float(b["correct"]) for b, a in zip(before, after)])
-    return {"points": 100 * mean, "ci_low": 100 * low, "ci_high": 100 * high}
-
-
-def before_after_line(label: str, n: int, before: float, after: float, diff: dict[str, float]) -> str:
-    """``held-out accuracy (T=1.0, 200 questions): 31.0% -> 58.5% (+27.5 pts, 95% CI +19.8..+35.1)``."""
-    return (
-        f"held-out accuracy ({label}, {n} questions): {100 * before:.1f}% -> {100 * after:.1f}% "
-        f"({diff['points']:+.1f} pts, 95% CI {diff['ci_low']:+.1f}..{diff['ci_high']:+.1f})"
-    )
 
 
 Generate = Callable[[Sequence[str], float], list[str | None]]
