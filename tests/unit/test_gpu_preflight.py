@@ -5,9 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainer.gpu_preflight import parse_nvidia_smi, plan, vllm_share
-
-from trainer import gpu_preflight
+from trainer.gpu import preflight as gpu_preflight
+from trainer.gpu.preflight import parse_nvidia_smi, plan, vllm_share
 
 A100_40 = "0, NVIDIA A100-SXM4-40GB, 8.0, 40960, 40339, 580.82.07\n"
 TWO_H100 = (

@@ -1,18 +1,12 @@
 """Held-out evaluation: answer parsing, intervals, paired differences and the config checks."""
 
 import pytest
-from trainer.config import ConfigError
-from trainer.evaluate import eval_settings, table
-from trainer.generation import parse_answer
-from trainer.held_out import (
-    before_after_line,
-    held_out_questions,
-    mean_ci,
-    paired_difference,
-    proportion_ci,
-    summary_of,
-)
-from trainer.reasoning_gym_tools import ReasoningGymSettings
+from trainer.config import ConfigError, ReasoningGymConfig, TrainerConfig
+from trainer.config.loading import validate
+from trainer.evaluation.generation import parse_answer
+from trainer.evaluation.questions import held_out_questions
+from trainer.evaluation.report import table
+from trainer.evaluation.statistics import before_after_line, mean_ci, paired_difference, proportion_ci, summary_of
 
 
 def test_answers_are_read_from_the_answer_tool_call_only() -> None:
@@ -60,14 +54,14 @@ def test_summary_and_paired_difference() -> None:
 
 def test_eval_settings_and_seeds_are_checked() -> None:
     config = {"seed": 42, "grpo": {"temperature": 0.7, "max_completion_length": 48}}
-    ev = eval_settings(config)
+    ev = TrainerConfig.model_validate(config).eval
     assert (ev.seed, ev.temperature, ev.max_new_tokens, ev.generate) == (1042, 0.7, 48, "local")
     with pytest.raises(ConfigError, match="`eval.generate` must be one of local, inference"):
-        eval_settings({**config, "eval": {"generate": "remote"}})
+        validate({**config, "eval": {"generate": "remote"}}, "test")
     with pytest.raises(ConfigError, match="eval.pool"):
-        eval_settings({**config, "eval": {"num_questions": 10, "pool": 5}})
+        validate({**config, "eval": {"num_questions": 10, "pool": 5}}, "test")
     with pytest.raises(ConfigError, match="equals the training seed"):  # refused before any connection
-        held_out_questions(ReasoningGymSettings(env_url="http://127.0.0.1:9", seed=5), 64, seed=5, count=1, pool=1)
+        held_out_questions(ReasoningGymConfig(env_url="http://127.0.0.1:9", seed=5), 64, seed=5, count=1, pool=1)
 
 
 def test_table_has_a_row_per_mode() -> None:

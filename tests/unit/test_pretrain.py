@@ -5,25 +5,30 @@ import json
 from pathlib import Path
 
 import pytest
-from trainer.config import ConfigError
-from trainer.held_out import PRETRAINING_MANIFEST, held_out_questions, pretraining_digests, question_digest
-from trainer.pretrain import _answer_position, completion_text, pretrain_settings
-from trainer.reasoning_gym_tools import ReasoningGymSettings
+from trainer.config import ConfigError, ReasoningGymConfig
+from trainer.config.loading import validate
+from trainer.evaluation import questions as held_out
+from trainer.evaluation.questions import PRETRAINING_MANIFEST, held_out_questions, pretraining_digests, question_digest
+from trainer.jobs.pretrain import _answer_position, completion_text
 
-from trainer import held_out
+
+def pretrain_settings(section: dict) -> object:
+    return validate({"job": "grpo", "pretrain": section}, "test").pretrain
 
 
 def test_settings_are_typed_and_unknown_keys_refused() -> None:
-    settings = pretrain_settings({"pretrain": {"questions": 500, "learning_rate": 2}})
+    settings = pretrain_settings({"questions": 500, "learning_rate": 2})
     assert (settings.questions, settings.learning_rate, settings.base) == (500, 2, "/models/default")
     with pytest.raises(ConfigError, match="unknown key `pretrain.questons`: did you mean `questions`?"):
-        pretrain_settings({"pretrain": {"questons": 10}})
+        pretrain_settings({"questons": 10})
     with pytest.raises(ConfigError, match="`pretrain.max_steps`: expected int, got str 'many'"):
-        pretrain_settings({"pretrain": {"max_steps": "many"}})
-    with pytest.raises(ConfigError, match="label_noise"):
-        pretrain_settings({"pretrain": {"label_noise": 1.0}})
-    with pytest.raises(ConfigError, match="question_loss must be >= 0"):
-        pretrain_settings({"pretrain": {"question_loss": -0.5}})
+        pretrain_settings({"max_steps": "many"})
+    with pytest.raises(ConfigError, match="`pretrain.label_noise` must be < 1.0, got 1.0"):
+        pretrain_settings({"label_noise": 1.0})
+    with pytest.raises(ConfigError, match="`pretrain.question_loss` must be >= 0"):
+        pretrain_settings({"question_loss": -0.5})
+    with pytest.raises(ConfigError, match=r"pretrain.questions \(8\) must be >= pretrain.batch_size \(32\)"):
+        pretrain_settings({"questions": 8})
 
 
 def test_the_answer_is_where_completions_differ() -> None:
@@ -35,7 +40,7 @@ def test_the_answer_is_where_completions_differ() -> None:
 
 
 def test_the_completion_is_one_answer_tool_call() -> None:
-    from trainer.generation import parse_answer
+    from trainer.evaluation.generation import parse_answer
 
     assert parse_answer(completion_text("5")) == "5"
     assert completion_text("5").endswith("</tool_call><|im_end|>")
@@ -55,7 +60,7 @@ def test_held_out_questions_skip_the_models_pretraining_questions(tmp_path: Path
     excluded = pretraining_digests(str(tmp_path))
     assert excluded == {question_digest("p0"), question_digest("p1")}
     assert pretraining_digests("/nonexistent") == set()
-    settings = ReasoningGymSettings(env_url="http://unused", seed=42)
+    settings = ReasoningGymConfig(env_url="http://unused", seed=42)
     questions, skipped = held_out_questions(settings, 2, seed=1042, count=3, pool=6, excluded=excluded)
     assert [(q.index, q.text) for q in questions] == [(2, "h0"), (4, "h1"), (5, "h2")]
     assert skipped == 3

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from trainer.side_by_side import Job, main, parse_job, run_side_by_side
+from trainer.ops.side_by_side import Job, main, parse_job, run_side_by_side
 
 pytestmark = pytest.mark.unit
 
@@ -71,7 +71,7 @@ def test_sigterm_stops_every_job():
         [
             sys.executable,
             "-c",
-            "import sys; from trainer.side_by_side import Job, run_side_by_side; "
+            "import sys; from trainer.ops.side_by_side import Job, run_side_by_side; "
             "sys.exit(run_side_by_side([Job('a', [sys.executable, '-c', 'print(1, flush=True); import time; "
             "time.sleep(60)']), Job('b', [sys.executable, '-c', 'import time; time.sleep(60)'])]))",
         ],

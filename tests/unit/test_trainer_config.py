@@ -1,17 +1,16 @@
 """Trainer configuration: YAML, environment and command-line overrides; shipped configs and tasks."""
 
-import dataclasses
 import typing
 from pathlib import Path
 
 import pytest
 import yaml
 from opencode_env_client.models import Limits
+from pydantic import BaseModel
 from trainer.__main__ import main
-from trainer.coding_tasks import load_tasks
-from trainer.config import ConfigError, bundled_config, load_config
-from trainer.reporting import format_step, summarize, trailing_mean
-from trainer.settings import SECTIONS, TrainerConfig, typed
+from trainer.config import ConfigError, TrainerConfig, bundled_config, load_config, variables_for_job
+from trainer.envs.coding_tasks import load_tasks
+from trainer.training.reporting import format_step, summarize, trailing_mean
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -24,15 +23,15 @@ def test_overrides_apply_in_order_with_yaml_types(tmp_path):
     path = write(tmp_path, "job: grpo\nmodel: m\ngrpo:\n  learning_rate: 0.1\n  max_steps: 5\n")
     env = {"TRAINER_GRPO__LEARNING_RATE": "1e-5", "TRAINER_GRPO__MAX_STEPS": "7", "OTHER": "x"}
     config = load_config(path, ["grpo.max_steps=3", "reasoning_gym.dataset_config={min_terms: 2}"], environ=env)
-    assert config["grpo"] == {"learning_rate": 1e-5, "max_steps": 3}  # CLI beats env beats file
-    assert config["reasoning_gym"] == {"dataset_config": {"min_terms": 2}}
+    assert config.grpo == {"learning_rate": 1e-5, "max_steps": 3}  # CLI beats env beats file
+    assert config.reasoning_gym.dataset_config == {"min_terms": 2}
 
 
 def test_an_empty_variable_leaves_the_yaml_value(tmp_path):
     """Compose passes TRAINER_GRPO__MAX_STEPS=${GRPO_MAX_STEPS:-}: empty unless the user set it."""
     path = write(tmp_path, "job: grpo\nmodel: m\ngrpo:\n  max_steps: 5\n")
-    assert load_config(path, environ={"TRAINER_GRPO__MAX_STEPS": ""})["grpo"] == {"max_steps": 5}
-    assert load_config(path, environ={"TRAINER_GRPO__MAX_STEPS": "9"})["grpo"] == {"max_steps": 9}
+    assert load_config(path, environ={"TRAINER_GRPO__MAX_STEPS": ""}).grpo == {"max_steps": 5}
+    assert load_config(path, environ={"TRAINER_GRPO__MAX_STEPS": "9"}).grpo == {"max_steps": 9}
 
 
 @pytest.mark.parametrize(
@@ -59,7 +58,7 @@ def test_an_empty_variable_leaves_the_yaml_value(tmp_path):
             "TRAINER_EVAL__NUM_QUESTION: unknown key `eval.num_question`: did you mean `num_questions`?",
         ),
         (
-            "opencode:\n  limits: {max_turn: 2}\n",
+            "job: async-grpo\nopencode:\n  limits: {max_turn: 2}\n",
             [],
             {},
             "unknown key `opencode.limits.max_turn`: did you mean `max_turns`?",
@@ -69,14 +68,41 @@ def test_an_empty_variable_leaves_the_yaml_value(tmp_path):
         ("eval:\n  num_questions: many\n", [], {}, "`eval.num_questions`: expected int, got str 'many'"),
         ("job: grpo\n", ["eval.greedy=3"], {}, "--set eval.greedy=3: `eval.greedy`: expected bool, got int 3"),
         (
-            "job: grpo\n",
+            "job: async-grpo\n",
             [],
             {"TRAINER_OPENCODE__TASK_IDS": "[1, x]"},
             "`opencode.task_ids[0]`: expected str, got int 1",
         ),
         ("job: grpo\n", ["cpu_threads=two"], {}, "--set cpu_threads=two: `cpu_threads`: expected int, got str 'two'"),
         ("job: grpo\n", ["eval.generate=remote"], {}, "`eval.generate` must be one of local, inference, got 'remote'"),
-        ("opencode:\n  limits: {max_turns: 0}\n", [], {}, "`opencode.limits.max_turns`: Input should be greater than"),
+        (
+            "job: async-grpo\nopencode:\n  limits: {max_turns: 0}\n",
+            [],
+            {},
+            "job.yaml: `opencode.limits.max_turns` must be >= 1, got 0",
+        ),
+        ("job: grpo\n", ["eval.num_questions=0"], {}, "`eval.num_questions` must be >= 1, got 0"),
+        ("eval:\n  num_questions: 10\n  pool: 5\n", [], {}, "eval.pool (5) must be >= eval.num_questions (10)"),
+        # Another job's section is an error, from the file, --set and TRAINER_* alike.
+        (
+            "job: async-grpo\ngrpo:\n  max_steps: 3\n",
+            [],
+            {},
+            "job.yaml: section `grpo` is read by grpo jobs only, and this is a `job: async-grpo` config",
+        ),
+        (
+            "job: async-grpo\n",
+            [],
+            {"TRAINER_GRPO__MAX_STEPS": "5"},
+            "TRAINER_GRPO__MAX_STEPS: section `grpo` is read by grpo jobs only",
+        ),
+        (
+            "job: grpo\n",
+            ["collect.timeout_s=5"],
+            {},
+            "--set collect.timeout_s=5: section `collect` is read by async-grpo",
+        ),
+        ("job: training\n", [], {}, "`job` must be one of grpo, async-grpo, got 'training'"),
         ("eval: 3\n", [], {}, "`eval` must be a mapping, got int"),
         ("job: grpo\n", ["grpo.max_steps"], {}, "KEY=VALUE"),
         ("- a\n- b\n", [], {}, "the top level must be a mapping"),
@@ -92,7 +118,51 @@ def test_bad_configs_are_rejected_with_the_key(tmp_path, text, overrides, enviro
 def test_a_negative_thread_count_is_refused_before_the_job_starts(tmp_path, capsys):
     path = write(tmp_path, "job: grpo\nmodel: m\n")
     assert main(["eval", "--config", str(path), "--set", "cpu_threads=-1"]) == 2
-    assert "cpu_threads must be >= 0, got -1" in capsys.readouterr().err
+    assert "--set cpu_threads=-1: `cpu_threads` must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_a_config_for_another_job_names_the_command(tmp_path, capsys):
+    path = write(tmp_path, "job: grpo\nmodel: m\n")
+    assert main(["async-grpo", "--config", str(path), "--dry-run"]) == 2
+    assert "is a 'grpo' config; run `python -m trainer grpo`" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="section `opencode` is read by async-grpo jobs only"):
+        load_config(write(tmp_path, "opencode: {}\n"), environ={}, job="grpo")  # no `job:`: the command's
+
+
+def test_each_job_of_a_side_by_side_run_gets_its_own_sections_variables():
+    environ = {
+        "TRAINER_GRPO__MAX_STEPS": "5",
+        "TRAINER_ASYNC_GRPO__MAX_STEPS": "3",
+        "TRAINER_REASONING_GYM__DATASET": "aiw",
+        "TRAINER_COLLECT__TIMEOUT_S": "60",
+        "TRAINER_INFERENCE__MODEL": "m",
+        "TRAINER_SEED": "7",
+        "PATH": "/bin",
+    }
+    common = {"TRAINER_INFERENCE__MODEL": "m", "TRAINER_SEED": "7", "PATH": "/bin"}
+    assert variables_for_job("grpo", environ) == {
+        **common,
+        "TRAINER_GRPO__MAX_STEPS": "5",
+        "TRAINER_REASONING_GYM__DATASET": "aiw",
+    }
+    assert variables_for_job("async-grpo", environ) == {
+        **common,
+        "TRAINER_ASYNC_GRPO__MAX_STEPS": "3",
+        "TRAINER_COLLECT__TIMEOUT_S": "60",
+    }
+
+
+def test_the_parsed_config_resolves_the_defaults_that_follow_other_keys(tmp_path):
+    config = load_config(
+        write(tmp_path, "job: grpo\nseed: 7\ngrpo: {temperature: 0.7, max_completion_length: 32}\n"), environ={}
+    )
+    assert config.reasoning_gym.seed == 7
+    assert config.eval.seed == 1007
+    assert config.eval.temperature == 0.7
+    assert config.eval.max_new_tokens == 32
+    assert config.opencode is None  # another job's section: not there at all
+    with pytest.raises(Exception, match="frozen"):
+        config.eval.seed = 1  # parsed once: nothing downstream changes it
 
 
 def test_env_overrides_are_typed_and_stack_variables_are_not_settings(tmp_path):
@@ -102,11 +172,10 @@ def test_env_overrides_are_typed_and_stack_variables_are_not_settings(tmp_path):
         "TRAINER_GPU": "1",
         "TRAINER_IP": "172.28.0.10",
     }  # the GPU stack's Compose variables
-    config = load_config(write(tmp_path, "job: grpo\n"), environ=env)
-    assert config == {"job": "grpo", "eval": {"num_questions": 20}, "opencode": {"limits": {"max_turns": 3}}}
-    assert typed(config, "eval").num_questions == 20
-    assert typed(config, "eval").pool == 2000
-    assert typed(config, "opencode").limits == Limits(max_turns=3)
+    config = load_config(write(tmp_path, "job: async-grpo\n"), environ=env)
+    assert config.eval.num_questions == 20
+    assert config.eval.pool == 2000
+    assert config.opencode.limits == Limits(max_turns=3)
 
 
 def test_config_command_prints_the_effective_config_and_every_key(capsys, monkeypatch, tmp_path):
@@ -123,17 +192,22 @@ def test_config_command_prints_the_effective_config_and_every_key(capsys, monkey
         "reasoning_gym.seed  (int or null, default None)",
         "opencode.limits.max_turns  (default 16)",
         "eval.generate  (local|inference, default local)",
-        "grpo:  fields of TRL's GRPOConfig",
+        "grpo:  fields of TRL's trl.GRPOConfig; grpo jobs only",
     ):
         assert line in reference
+    assert "opencode" not in shown  # another job's section
     # Every key of the schema is in the reference, so it cannot drift from the code that reads it.
-    for name in SECTIONS:
+    for name, info in TrainerConfig.model_fields.items():
         assert f"\n{name}  " in reference or f"\n{name}:  " in reference, name
-        section_type = typing.get_type_hints(TrainerConfig)[name]
-        for sub in dataclasses.fields(section_type) if dataclasses.is_dataclass(section_type) else ():
-            assert f"\n  {name}.{sub.name}  (" in reference, f"{name}.{sub.name}"
+        section = next((a for a in (info.annotation, *typing.get_args(info.annotation)) if _is_model(a)), None)
+        for sub in section.model_fields if section else ():
+            assert f"\n  {name}.{sub}  (" in reference, f"{name}.{sub}"
     assert main(["config", "--config", "grpo-cpu.yaml", "--set", "eval.pool=x"]) == 2
     assert "configuration error: --set eval.pool=x: `eval.pool`: expected int" in capsys.readouterr().err
+
+
+def _is_model(annotation: object) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 def test_missing_config_file_names_it(tmp_path):
@@ -145,7 +219,7 @@ def test_missing_config_file_names_it(tmp_path):
 def test_shipped_configs_load_by_bare_name(name, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     config = load_config(Path(name), environ={})
-    assert config["job"] == ("grpo" if name.startswith("grpo") else "async-grpo")
+    assert config.job == ("grpo" if name.startswith("grpo") else "async-grpo")
     assert bundled_config(name).exists()
 
 
