@@ -38,6 +38,12 @@ AGENT_CHOICES = ",".join(
 
 # The reaper image cannot be pulled on air-gapped hosts; containers are removed by the fixtures.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+def program(name: str) -> str:
+    """The text of ``programs/<name>.py``: a program the tests run inside a container or a sandbox."""
+    return (PROGRAMS / f"{name}.py").read_text()
 
 
 def wait_healthy(url: str, timeout_s: float = 90.0, until: Callable[[Any], bool] | None = None) -> None:

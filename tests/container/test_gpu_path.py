@@ -174,7 +174,7 @@ def test_trainer_gpu_caches_and_kernel_cache_are_writable_on_fresh_volumes(gpu_i
                 "python3",
                 trainer["image"],
                 "-c",
-                "import os; from trainer.gpu_preflight import unwritable; "
+                "import os; from trainer.gpu.device_check import unwritable; "
                 "print(os.environ['KERNELS_CACHE'], unwritable([os.environ['HF_HOME'], os.environ['KERNELS_CACHE'], "
                 "'/outputs', '/weights']))",
             ],

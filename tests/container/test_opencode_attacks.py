@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from tests.container.conftest import start_opencode_env, wait_healthy
+from tests.container.conftest import program, start_opencode_env, wait_healthy
 from tests.container.test_opencode_env import create, in_container, sandbox_uid, task, wait
 
 PROXY_PORT_BASE, AGENT_PORT_BASE, UID_BASE = 24000, 41000, 20000
@@ -151,23 +151,7 @@ def test_the_service_follows_no_symlink_a_sandbox_plants(opencode_env) -> None:
     assert in_container(opencode_env, "cat", "/probe/victim").stdout == "original\n"
 
 
-FILES_RACE = """
-import os, time
-others = [p for p in os.listdir("/proc") if p.isdigit() and os.stat(f"/proc/{p}").st_uid not in (0, os.getuid())]
-os.makedirs("x/etc")
-open("x/etc/shadow", "w").write("decoy")
-for pid in others:  # other seats' OpenCode servers: their environ holds their proxy key
-    os.makedirs(f"x/proc/{pid}")
-    open(f"x/proc/{pid}/environ", "w").write("decoy")
-if os.fork() == 0:  # swap the real dir and a link to / until killed
-    os.setsid()
-    for fd in (0, 1, 2):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-    while True:
-        os.rename("x", "x.tmp"); os.symlink("/", "x"); time.sleep(0.002)
-        os.unlink("x"); os.rename("x.tmp", "x"); time.sleep(0.002)
-print("racing", len(others))
-"""
+FILES_RACE = program("files_race")
 
 
 def test_listing_files_never_reads_outside_the_work_dir(opencode_env) -> None:
@@ -189,29 +173,7 @@ def test_listing_files_never_reads_outside_the_work_dir(opencode_env) -> None:
     assert httpx.get(f"{url}/health").json()["status"] == "healthy"
 
 
-KILL_THE_LISTER = """
-import os, time
-if os.fork() == 0:  # try to SIGKILL the first file-listing helper (it runs as this uid), then stop
-    os.setsid()
-    for fd in (0, 1, 2):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
-                if cmdline.endswith(b"inside import main; main(sys.argv[1])\\x00list\\x00"):
-                    try:
-                        os.kill(int(pid), 9)
-                        open("killed", "w").write(pid)
-                    except PermissionError:  # Landlock: no signal leaves this command's domain
-                        open("refused", "w").write(pid)
-                    raise SystemExit
-            except OSError:
-                continue
-        time.sleep(0.001)
-print("watching")
-"""
+KILL_THE_LISTER = program("kill_the_lister")
 
 
 def test_a_listing_whose_helper_is_killed_reads_again(opencode_env) -> None:
@@ -234,31 +196,7 @@ def test_a_listing_whose_helper_is_killed_reads_again(opencode_env) -> None:
         close(url, rollout)
 
 
-FAKE_AGENT_SERVER = """
-import http.server, json, os, sys
-class Fake(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-    def _answer(self):
-        with open(os.path.expanduser("~/fake.log"), "a") as log:
-            log.write(json.dumps([self.command, self.path, self.headers.get("authorization")]) + "\\n")
-        length = int(self.headers.get("content-length") or 0)
-        self.rfile.read(length)
-        if self.path.startswith("/event"):
-            self.send_response(200); self.send_header("content-type", "text/event-stream"); self.end_headers()
-            self.wfile.write(b'data: {"type":"session.idle","properties":{"sessionID":"ses_fake"}}\\n\\n')
-            return
-        body = json.dumps({"id": "ses_fake", "healthy": True}).encode()
-        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    do_GET = do_POST = do_DELETE = _answer
-if os.fork() == 0:
-    os.setsid()
-    for fd in (0, 1, 2):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Fake).serve_forever()
-print("listening")
-"""
+FAKE_AGENT_SERVER = program("fake_agent_server")
 
 
 def test_a_seat_served_by_a_foreign_process_is_an_infrastructure_failure(
@@ -359,49 +297,13 @@ def test_no_shared_directory_is_writable_by_a_sandbox_uid(opencode_env) -> None:
     assert found.stdout.split() == [], found.stdout
 
 
-MEMFD = """
-import os, time
-fd = os.memfd_create("hoard")
-for _ in range(40):
-    os.write(fd, b"x" * (8 << 20))  # 320 MB that no process maps
-print("held", flush=True)
-time.sleep(25)
-"""
+MEMFD = program("memfd")
 
-MEMFD_UNDUMPABLE = """
-import ctypes, os, time
-fd = os.memfd_create("hoard")
-os.write(fd, b"x" * (8 << 20))
-ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE 0: /proc/<pid>/fd closes to the uid, so the memfd cannot be seen
-print("hidden", flush=True)
-time.sleep(25)
-"""
+MEMFD_UNDUMPABLE = program("memfd_undumpable")
 
-SYSV_SHM = """
-import ctypes, time
-libc = ctypes.CDLL(None, use_errno=True)
-libc.shmat.restype = ctypes.c_void_p
-size = 300 << 20
-ident = libc.shmget(0, ctypes.c_size_t(size), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
-address = libc.shmat(ident, None, 0)
-ctypes.memset(address, 1, size)
-libc.shmdt(ctypes.c_void_p(address))  # detached: in no process's resident set, and it outlives the process
-print("segment", ident, flush=True)
-time.sleep(25)
-"""
+SYSV_SHM = program("sysv_shm")
 
-DELETED_FILES = """
-import os, time
-held = []
-for i in range(3):
-    f = open(f"hidden{i}", "wb")
-    f.write(b"x" * (14 << 20))
-    f.flush()
-    os.unlink(f"hidden{i}")
-    held.append(f)  # 42 MB on disk, in no directory
-print("hidden", flush=True)
-time.sleep(25)
-"""
+DELETED_FILES = program("deleted_files")
 
 
 @pytest.mark.parametrize(

@@ -12,23 +12,13 @@ import time
 import httpx
 import pytest
 
-from tests.container.conftest import start_opencode_env, wait_healthy
+from tests.container.conftest import program, start_opencode_env, wait_healthy
 from tests.container.test_opencode_attacks import close, run_attack
 from tests.container.test_opencode_env import create, in_container, sandbox_uid, task, wait
 
 # Planted by the agent (its setup command, as its uid): a .pth in its user site-packages that makes
 # every Python exit 0, shell start-up files, a sitecustomize in the work dir, a git alias in ~/.gitconfig.
-PLANT = """
-import os, site
-user_site = site.getusersitepackages()
-os.makedirs(user_site, exist_ok=True)
-open(os.path.join(user_site, "zz_pass.pth"), "w").write("import os; os._exit(0)\\n")
-for rc in (".bashrc", ".bash_profile", ".profile"):
-    open(os.path.expanduser("~/" + rc), "w").write("exit 0\\n")
-open(os.path.expanduser("~/.gitconfig"), "w").write("[alias]\\n\\tnope = !true\\n")
-open("sitecustomize.py", "w").write("import os; os._exit(0)\\n")
-print("planted", user_site)
-"""
+PLANT = program("plant")
 
 
 def test_checks_run_in_a_context_the_agent_could_not_prepare(opencode_env) -> None:
@@ -54,53 +44,10 @@ def test_checks_run_in_a_context_the_agent_could_not_prepare(opencode_env) -> No
 
 # A rollout still running (the group member that would profit): listens on an abstract Unix socket
 # and reads every process's environment and command line for the held-out marker.
-RECEIVER = """
-import os, socket, threading, time
-seen = []
-def listen():
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind("\\0rlstack-leak")
-    server.listen(8)
-    while True:
-        conn, _ = server.accept()
-        seen.append(conn.recv(65536).decode(errors="replace"))
-def scan():
-    while True:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            for name in ("environ", "cmdline"):
-                try:
-                    text = open(f"/proc/{pid}/{name}", "rb").read().decode(errors="replace")
-                except OSError:
-                    continue
-                if "HELD-OUT" in text:
-                    seen.append(name + ":" + text)
-        with open("seen.json.tmp", "w") as f:
-            f.write(repr(seen))
-        os.replace("seen.json.tmp", "seen.txt")
-        time.sleep(0.05)
-if os.fork() == 0:
-    os.setsid()
-    for fd in (0, 1, 2):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-    threading.Thread(target=listen, daemon=True).start()
-    scan()
-time.sleep(0.5)
-print("listening")
-"""
+RECEIVER = program("receiver")
 
 # Planted by the rollout being verified: run by its check, it tries to pass the check on.
-SENDER = """
-import os, socket, sys
-payload = repr(dict(os.environ)) + open("../verify-0.sh").read()  # the check itself: run by it, it can read it
-try:
-    payload += open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode(errors="replace")
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.connect("\\0rlstack-leak")
-    client.sendall(payload.encode())
-    print("sent")
-except OSError as exc:
-    print("blocked", exc)
-"""
+SENDER = program("sender")
 
 
 def test_held_out_checks_reach_no_running_rollout(opencode_env) -> None:
@@ -130,28 +77,7 @@ def test_held_out_checks_reach_no_running_rollout(opencode_env) -> None:
 
 # The thread-group leader exits with the raw exit syscall (x86-64: 60) while a thread keeps 300 MB and
 # keeps writing into whatever work dir this uid gets next.
-ZOMBIE_LEADER = """
-import ctypes, glob, os, threading, time
-def haunt():
-    time.sleep(0.5)  # the leader is a zombie by now: only what sees past it counts this memory
-    held = bytearray(300 << 20)
-    for i in range(0, len(held), 4096):
-        held[i] = 1
-    while True:
-        for work in glob.glob("/sandboxes/*/work"):
-            try:
-                open(os.path.join(work, "solution.py"), "w").write("print(input()[::-1])\\n")
-            except OSError:
-                pass
-        time.sleep(0.05)
-if os.fork() == 0:
-    os.setsid()
-    for fd in (0, 1, 2):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-    threading.Thread(target=haunt).start()
-    ctypes.CDLL(None).syscall(60, 0)
-print("haunting")
-"""
+ZOMBIE_LEADER = program("zombie_leader")
 
 
 def test_nothing_outlives_its_rollout_and_hidden_memory_is_counted(opencode_env) -> None:
@@ -167,12 +93,7 @@ def test_nothing_outlives_its_rollout_and_hidden_memory_is_counted(opencode_env)
     assert threads.stdout.strip() == "", threads.stdout
 
 
-DEEP_TREE = """
-import os
-for _ in range(3000):
-    os.mkdir("d")
-    os.chdir("d")
-"""
+DEEP_TREE = program("deep_tree")
 
 
 def test_a_tree_too_deep_for_recursion_breaks_no_walk_and_no_restart(

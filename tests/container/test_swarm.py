@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bench.swarm_lab import Swarm, docker, driver_records, finish, free_port, in_a_swarm, local_swarm
-from tests.container.conftest import MODEL_NAME, TAG
+from tests.container.conftest import MODEL_NAME, TAG, program
 
 pytestmark = pytest.mark.swarm
 
@@ -123,13 +123,7 @@ def test_work_reaches_both_replicas_and_survives_a_drained_node(swarm, trainer_i
     assert back[0]["rollouts_total"] > 0
 
 
-EPISODE = """
-import sys
-from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
-with ReasoningGymEnv(base_url=sys.argv[1]).sync() as env:
-    question = env.reset(dataset_name="chain_sum", seed=1, size=10).observation.question
-    print(question is not None, env.step(ReasoningGymAction(answer="0")).observation.correct_answer is not None)
-"""
+EPISODE = program("episode")
 
 
 def test_openenv_docker_swarm_provider_serves_our_env_image(swarm, env_image, trainer_image):

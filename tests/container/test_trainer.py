@@ -17,7 +17,14 @@ import reasoning_gym
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
-from tests.container.conftest import MODEL_NAME, run_in_image, start_inference, start_opencode_env, wait_healthy
+from tests.container.conftest import (
+    MODEL_NAME,
+    program,
+    run_in_image,
+    start_inference,
+    start_opencode_env,
+    wait_healthy,
+)
 
 DATASET_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 # These tests drive the GRPO config with scripted fixtures (a digit-picking policy, one that always
@@ -32,94 +39,20 @@ CHAIN_SUM_ARGS = [
     "--set",
     "grpo.learning_rate=0.01",
 ]
-COMPARE_WEIGHTS = """
-import sys
-from safetensors.torch import load_file
-a, b = (load_file(p + "/model.safetensors") for p in sys.argv[1:3])
-print(max((a[k].float() - b[k].float()).abs().max().item() for k in a))
-"""
+COMPARE_WEIGHTS = program("compare_weights")
 PROBE_CALL = '<tool_call>\n{"name": "answer", "arguments": {"answer": "7"}}\n</tool_call>'
-PROBE_LOGPROBS = """
-import json, sys, torch
-from transformers import AutoModelForCausalLM
-model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
-ids = torch.tensor([json.loads(sys.argv[2])])
-logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1).gather(-1, ids[0, 1:, None])[:, 0]
-print(json.dumps(logps.tolist()))
-"""
+PROBE_LOGPROBS = program("probe_logprobs")
 
 
 # The AsyncGRPO step's scoring (rows' shared prompt prefix run once) against a plain forward per row:
 # same logprobs, same gradients. Rows of one step share a prefix; a row that differs from its first
 # token shares none; a row alone is its own prefix up to its first trained token.
-SHARED_PREFIX_SCORING = """
-import json, sys, torch
-from transformers import AutoModelForCausalLM
-from trainer.cpu_async_grpo import token_logprobs
-torch.manual_seed(0)
-model = AutoModelForCausalLM.from_pretrained("/models/a", dtype=torch.float32)
-def plain(ids, mask):
-    logits = model(input_ids=ids[None]).logits[0, :-1].float() / 0.7
-    return torch.log_softmax(logits, -1).gather(-1, ids[1:, None])[:, 0][mask[1:]]
-def grads(loss):
-    model.zero_grad(); loss.backward()
-    return torch.cat([p.grad.flatten() for p in model.parameters()])
-prefix = torch.randint(10, 1000, (300,))
-cases = {"shared": [], "none": [], "alone": []}
-for n in range(3):
-    ids = torch.cat([prefix, torch.randint(10, 1000, (20 + 5 * n,))])
-    mask = torch.zeros(len(ids), dtype=torch.bool); mask[300 + n:] = True
-    cases["shared"].append((ids, mask))
-cases["none"] = [cases["shared"][0], (torch.cat([torch.tensor([5]), cases["shared"][1][0][1:]]), cases["shared"][1][1])]
-cases["alone"] = [cases["shared"][2]]
-out = {}
-for name, rows in cases.items():
-    ours = token_logprobs(model, rows, 0.7)
-    reference = [plain(i, m) for i, m in rows]
-    value_diff = max(float((a - b).abs().max()) for a, b in zip(ours, reference))
-    g_ours, g_ref = grads(sum(x.sum() for x in ours)), grads(sum(x.sum() for x in reference))
-    out[name] = {"value": value_diff, "grad": float((g_ours - g_ref).abs().max() / g_ref.abs().max()),
-                 "tokens": [len(x) for x in ours], "expected": [int(m.sum()) for _, m in rows]}
-print(json.dumps(out))
-"""
+SHARED_PREFIX_SCORING = program("shared_prefix_scoring")
 
 # The pre-training loss (the shared head run once without gradient, the rows padded into one batch)
 # against each row alone: the whole row in one forward gives the same loss; the row after the head's
 # cache (no gradient through the head, as in training) gives the same gradient.
-PRETRAIN_LOSS = """
-import copy, json, random, torch
-from transformers import AutoModelForCausalLM
-from trainer.pretrain import _SharedHeadTrainer
-from trainer.settings import PretrainSettings
-torch.manual_seed(0)
-model = AutoModelForCausalLM.from_pretrained("/models/a", dtype=torch.float32)
-head = torch.randint(10, 1000, (40,)).tolist()
-tails = [torch.randint(10, 1000, (n,)).tolist() for n in (3, 17, 5, 30, 9, 12)]
-completions = [[7, 8, int(a), 9] for a in torch.randint(10, 1000, (6,))]
-prompt_tokens = sum(len(t) - 1 for t in tails)
-def row_loss(logits, row, start):
-    ce = lambda at, n: torch.nn.functional.cross_entropy(logits[at: at + n], row[at + 1: at + 1 + n], reduction="sum")
-    tail = len(row) - start - 4
-    return ce(start + tail - 1, 4) / 24 + 0.5 * ce(start, tail - 1) / prompt_tokens, float(ce(start + tail + 1, 1)) / 6
-def grads():
-    g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]); model.zero_grad(); return g
-with torch.no_grad():
-    whole = [row_loss(model(input_ids=torch.tensor(head + t + c)[None]).logits[0], torch.tensor(head + t + c),
-                      len(head)) for t, c in zip(tails, completions)]
-    cache = model(input_ids=torch.tensor(head)[None], use_cache=True).past_key_values
-for t, c in zip(tails, completions):
-    row = torch.tensor(t + c)
-    logits = model(input_ids=row[None], past_key_values=copy.deepcopy(cache), use_cache=True,
-                   position_ids=torch.arange(len(head), len(head) + len(row))[None]).logits[0]
-    row_loss(logits, row, 0)[0].backward()
-reference = grads()
-trainer = _SharedHeadTrainer(model, [head + t for t in tails], 0, PretrainSettings(question_loss=0.5), random.Random(0))
-loss, answer = trainer.loss(list(zip(trainer.tails, completions)), 2)
-loss.backward()
-print(json.dumps({"loss": abs(float(loss) - float(sum(w for w, _ in whole))),
-                  "answer": abs(answer - sum(a for _, a in whole)),
-                  "grad": float((grads() - reference).abs().max() / reference.abs().max())}))
-"""
+PRETRAIN_LOSS = program("pretrain_loss")
 
 
 @pytest.fixture()
@@ -701,7 +634,7 @@ def test_eval_bad_input_is_a_clear_error_and_leaves_no_eval_json(
 def test_eval_runs_the_held_out_coding_tasks_on_opencode_env(
     trainer_image, models_volume, network, opencode_env, outputs
 ):
-    from trainer.coding_tasks import load_tasks
+    from trainer.envs.coding_tasks import load_tasks
 
     run_trainer(
         trainer_image,
