@@ -151,7 +151,14 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         page = dashboard_page(f"http://127.0.0.1:{ports['DASHBOARD_PORT']}/", screenshot)
         assert "grpo-cpu" in page
         assert "reward" in page
-        # The first screen: the training reward, then the held-out accuracy; TRL's profiling timers last.
+        # The first screen: the held-out table (summary.json's figures), the training reward, then the
+        # held-out accuracy plot; TRL's profiling timers last.
+        row = (
+            f'<td>grpo-cpu</td><td>T=1.0</td><td class="n">{100 * held_out["before"]:.1f}% (step 0)</td>'
+            f'<td class="n">{100 * held_out["after"]:.1f}% (step {E2E_STEPS})</td>'
+        )
+        assert row in page
+        assert page.index(row) < page.index("train/reward")
         assert page.index("train/reward") < page.index("train/held_out_accuracy_T=1.0") < page.index("profiling/")
         assert screenshot.stat().st_size > 10_000
     finally:
