@@ -38,6 +38,27 @@ AGENT_CHOICES = ",".join(
 
 # The reaper image cannot be pulled on air-gapped hosts; containers are removed by the fixtures.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+# The GRPO job as container tests drive it: scripted fixture policies (a digit-picking one, one that
+# always answers "0") on 2-term one-digit chain_sum, not the default pre-trained aiw policy.
+CHAIN_SUM_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+CHAIN_SUM_ARGS = [
+    "--set",
+    "reasoning_gym.dataset=chain_sum",
+    "--set",
+    f"reasoning_gym.dataset_config={json.dumps(CHAIN_SUM_CONFIG)}",
+    "--set",
+    "eval.pool=2000",
+]
+GRPO_TEST_ARGS = [
+    "grpo",
+    "--config",
+    "grpo-cpu.yaml",
+    "--set",
+    "model=/models/answer-policy",
+    "--set",
+    "output_dir=/outputs/grpo",
+    *CHAIN_SUM_ARGS,
+]
 PROGRAMS = Path(__file__).parent / "programs"
 
 

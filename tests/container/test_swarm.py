@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bench.swarm_lab import Swarm, docker, driver_records, finish, free_port, in_a_swarm, local_swarm
-from tests.container.conftest import MODEL_NAME, TAG, program
+from tests.container.conftest import GRPO_TEST_ARGS, MODEL_NAME, TAG, program
 
 pytestmark = pytest.mark.swarm
 
@@ -46,21 +46,9 @@ def grpo(swarm: Swarm, trainer_image: str, models_volume: str, outputs: Path, st
     """Start a short GRPO run on the stack's reasoning-gym replicas (detached); its container id."""
     return swarm.run(
         trainer_image,
-        "grpo",
-        "--config",
-        "grpo-cpu.yaml",
-        "--set",
-        "model=/models/answer-policy",
-        "--set",
-        "output_dir=/outputs/grpo",
+        *GRPO_TEST_ARGS,
         "--set",
         "reasoning_gym.env_url=http://reasoning-gym-env:8000",
-        "--set",
-        "reasoning_gym.dataset=chain_sum",
-        "--set",
-        "reasoning_gym.dataset_config={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
-        "--set",
-        "eval.pool=2000",
         "--set",
         "eval.before_after=false",
         "--set",

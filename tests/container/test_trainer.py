@@ -18,6 +18,9 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
 from tests.container.conftest import (
+    CHAIN_SUM_ARGS,
+    CHAIN_SUM_CONFIG,
+    GRPO_TEST_ARGS,
     MODEL_NAME,
     program,
     run_in_image,
@@ -26,19 +29,8 @@ from tests.container.conftest import (
     wait_healthy,
 )
 
-DATASET_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
-# These tests drive the GRPO config with scripted fixtures (a digit-picking policy, one that always
-# answers "0") on 2-term one-digit chain_sum, not with the default pre-trained aiw policy.
-CHAIN_SUM_ARGS = [
-    "--set",
-    "reasoning_gym.dataset=chain_sum",
-    "--set",
-    "reasoning_gym.dataset_config={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
-    "--set",
-    "eval.pool=2000",
-    "--set",
-    "grpo.learning_rate=0.01",
-]
+# Scripted fixture policies learn fast at this rate.
+TRAINING_ARGS = ["--set", "grpo.learning_rate=0.01"]
 COMPARE_WEIGHTS = program("compare_weights")
 PROBE_CALL = '<tool_call>\n{"name": "answer", "arguments": {"answer": "7"}}\n</tool_call>'
 PROBE_LOGPROBS = program("probe_logprobs")
@@ -100,19 +92,7 @@ def gym_env(env_image: str, network: Network) -> Iterator[DockerContainer]:
 
 
 def grpo_args(*extra: str) -> list[str]:
-    return [
-        "grpo",
-        "--config",
-        "grpo-cpu.yaml",
-        "--set",
-        "model=/models/answer-policy",
-        "--set",
-        "output_dir=/outputs/grpo",
-        "--set",
-        "grpo.report_to=[trackio]",
-        *CHAIN_SUM_ARGS,
-        *extra,
-    ]
+    return [*GRPO_TEST_ARGS, *TRAINING_ARGS, "--set", "grpo.report_to=[trackio]", *extra]
 
 
 def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym_env, outputs):
@@ -142,12 +122,12 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
         r["index"] for r in after["modes"]["T=1.0"]["records"]
     ]
     training_texts = {
-        e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)
+        e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **CHAIN_SUM_CONFIG)
     }
     assert not training_texts & {r["question"] for r in before["modes"]["greedy"]["records"]}
 
     # Every reward TRL used is reasoning-gym's own score of that answer to that question.
-    dataset = reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)
+    dataset = reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **CHAIN_SUM_CONFIG)
     rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 3 * 16
     for r in rollouts:
@@ -540,6 +520,7 @@ def eval_args(*extra: str) -> list[str]:
         "--set",
         "output_dir=/outputs/eval",
         *CHAIN_SUM_ARGS,
+        *TRAINING_ARGS,
         *extra,
     ]
 
@@ -549,9 +530,9 @@ def test_eval_scores_come_from_the_env_server_and_match_the_inference_path(
 ):
     log = run_trainer(trainer_image, network, outputs, *eval_args(), volumes={models_volume: "/models"})
     report = json.loads((outputs / "eval" / "eval.json").read_text())["evaluations"][0]
-    held_out = reasoning_gym.create_dataset("chain_sum", seed=1042, size=2000, **DATASET_CONFIG)
+    held_out = reasoning_gym.create_dataset("chain_sum", seed=1042, size=2000, **CHAIN_SUM_CONFIG)
     training_texts = {
-        e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **DATASET_CONFIG)
+        e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **CHAIN_SUM_CONFIG)
     }
     for mode in ("T=1.0", "greedy"):
         records = report["modes"][mode]["records"]
