@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
+from opencode_env_server.settings import Settings as OpenCodeSettings
 from reasoning_gym_env_server import Settings as ReasoningGymSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,3 +54,26 @@ def test_reasoning_gym_settings_defaults_match_the_documented_ones(field: str) -
     default = getattr(ReasoningGymSettings(), field)
     documented_value = documented()[field.upper()]
     assert type(default)(documented_value) == default, (field, documented_value, default)
+
+
+def opencode_env_defaults() -> list[tuple[str, str]]:
+    """(service variable, Compose default) of the opencode-env service's user-settable variables."""
+    environment = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["opencode-env"]["environment"]
+    found = []
+    for variable, value in environment.items():
+        match = SUBSTITUTION.fullmatch(str(value))
+        # INFERENCE_MODEL: the stack names the model it serves; the service's own default asks the server.
+        if match and match.group(2) and variable != "INFERENCE_MODEL":
+            found.append((variable, match.group(2)))
+    return found
+
+
+@pytest.mark.parametrize(("variable", "default"), opencode_env_defaults())
+def test_opencode_env_settings_defaults_match_the_compose_ones(
+    variable: str, default: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, _ in opencode_env_defaults():
+        monkeypatch.delenv(name, raising=False)
+    service_default = OpenCodeSettings.from_env()
+    monkeypatch.setenv(variable, default)
+    assert OpenCodeSettings.from_env() == service_default, f"compose.yaml sets {variable}={default}"
