@@ -2,7 +2,7 @@
 ``--set`` overrides into it (``loading``), and the reference ``python -m trainer config`` prints."""
 
 from .errors import ConfigError
-from .loading import bundled_config, load_config, variables_for_job
+from .loading import bundled_config, load_config
 from .schema import (
     JOB_SECTIONS,
     CollectConfig,
@@ -28,5 +28,4 @@ __all__ = [
     "WeightSyncConfig",
     "bundled_config",
     "load_config",
-    "variables_for_job",
 ]

@@ -5,9 +5,11 @@ Keys are dotted paths into the YAML (``grpo.learning_rate``). Environment variab
 the ``TRAINER_`` prefix and ``__`` between levels (``TRAINER_GRPO__LEARNING_RATE=1e-5``); values are
 parsed as YAML, so numbers, booleans and lists keep their types. The file and then each override is
 validated against the schema, so a typo, a wrong type or another job's section fails at start-up,
-naming the key and where it came from, instead of being ignored.
+naming the key and where it came from, instead of being ignored (a ``TRAINER_*`` variable of
+another job's section is skipped with a warning: the environment is shared by the stack's jobs).
 """
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -25,6 +27,8 @@ ENV_PREFIX = "TRAINER_"
 # Compose variables of the GPU stack that share the prefix: they place the containers (.env reaches
 # the trainer whole), they are not job settings.
 STACK_VARIABLES = frozenset({"TRAINER_GPU", "TRAINER_IP"})
+
+log = logging.getLogger(__name__)
 
 
 def bundled_config(name: str) -> Path:
@@ -75,18 +79,15 @@ def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
     ]
 
 
-def variables_for_job(job: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the ``TRAINER_*`` variables of another job's sections: what a process
-    running ``job`` beside other jobs (``ops.side_by_side``) is given."""
-    return {
-        name: value
-        for name, value in environ.items()
-        if not (name.startswith(ENV_PREFIX) and _owner(name) not in (None, job))
-    }
-
-
-def _owner(variable: str) -> str | None:
-    return job_of_section(variable[len(ENV_PREFIX) :].lower().split("__")[0])
+def _for_this_job(key: str, variable: str, job: str) -> bool:
+    """Whether a ``TRAINER_*`` variable is for ``job``. The environment is shared by every job it
+    runs (Compose's ``.env`` reaches the whole trainer container), so another job's variable is
+    skipped, with a line saying so; in the file or ``--set``, another job's section is an error."""
+    owner = job_of_section(key.split(".")[0])
+    if owner is None or owner == job:
+        return True
+    log.warning("%s is for %s jobs; this %s job does not read it", variable, owner, job)
+    return False
 
 
 def cli_overrides(assignments: Sequence[str]) -> list[tuple[str, Any, str]]:
@@ -138,7 +139,12 @@ def load_config(
             raise ConfigError(f"{path} is a {raw['job']!r} config; run `python -m trainer {raw['job']}`")
         raw.setdefault("job", job)
     config = validate(raw, str(path))
-    for key, value, source in env_overrides(os.environ if environ is None else environ) + cli_overrides(assignments):
+    overrides = [
+        (key, value, source)
+        for key, value, source in env_overrides(os.environ if environ is None else environ)
+        if _for_this_job(key, source, config.job)
+    ]
+    for key, value, source in overrides + cli_overrides(assignments):
         try:
             set_path(raw, key, value)
         except ConfigError as exc:

@@ -1,9 +1,9 @@
 """``python -m trainer.ops.side_by_side --job JOB=CONFIG [--job JOB=CONFIG ...]``: training jobs at once.
 
-Each job runs as ``python -m trainer JOB --config CONFIG`` in this environment, less the
-``TRAINER_*`` variables of the other job's sections (``TRAINER_GRPO__MAX_STEPS`` reaches the GRPO
-job only). Each job's output lines are prefixed with ``[JOB]``, stdout to stdout and stderr (log
-records, progress bars: every ``\r`` redraw keeps the prefix) to stderr. When all have ended, each job's
+Each job runs as ``python -m trainer JOB --config CONFIG`` in this environment (a ``TRAINER_*``
+variable of one job's section is read by that job and skipped by the other). Each job's output
+lines are prefixed with ``[JOB]``, stdout to stdout and stderr (log records, progress bars: every
+``\r`` redraw keeps the prefix) to stderr. When all have ended, each job's
 closing text (from its ``finished N optimizer steps`` line on) is printed again, in the order given,
 and the exit status is the first failing job's (0 if none failed). SIGTERM/SIGINT stop every job.
 
@@ -21,8 +21,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
-
-from ..config import variables_for_job
 
 CLOSING = "finished "  # summarize()'s first line: "finished N optimizer steps"
 
@@ -44,9 +42,7 @@ def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout, err: TextIO = sy
     lock = threading.Lock()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for job in jobs:
-        job.process = subprocess.Popen(
-            job.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=variables_for_job(job.label, env)
-        )
+        job.process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     relays = [
         threading.Thread(target=_relay, args=(job, stream, target, lock), daemon=True)
         for job in jobs
