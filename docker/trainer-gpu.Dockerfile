@@ -37,12 +37,13 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
 ENV PYTHONUNBUFFERED=1 HF_HOME=/cache/huggingface KERNELS_CACHE=/opt/kernels-cache TRACKIO_DIR=/outputs/trackio \
     TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 # AsyncGRPO loads the FA3 attention kernel from the Hugging Face Hub on first use; PRECACHE_FA3=1
-# fetches it at build time (needs the Hub) so training starts offline.
+# downloads it at build time (needs the Hub, no GPU: trainer/trainer/gpu/precache_fa3.py) so
+# training starts offline.
 ARG PRECACHE_FA3=0
 RUN useradd --system --uid 10001 --home-dir /home/app --create-home app \
  && mkdir -p /outputs /weights /cache/huggingface "$KERNELS_CACHE" && chown -R app:app /outputs /weights /cache "$KERNELS_CACHE" \
  && if [ "$PRECACHE_FA3" = 1 ]; then \
-      su app -s /bin/sh -c "/opt/venv/bin/python3 -c \"from kernels import get_kernel; get_kernel('kernels-community/flash-attn3', version=1)\""; \
+      su app -s /bin/sh -c "/opt/venv/bin/python3 -m trainer.gpu.precache_fa3"; \
     fi
 USER app
 WORKDIR /home/app

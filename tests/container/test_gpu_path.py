@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 import yaml
 
-from tests.container.conftest import ROOT
+from tests.container.conftest import PROGRAMS, ROOT
 
 GPU = ["docker", "compose", "-f", "compose.yaml", "-f", "compose.gpu.yaml"]
 ONE_GPU = [*GPU, "-f", "compose.gpu-one.yaml"]
@@ -83,6 +83,28 @@ def test_one_gpu_variant_colocates_vllm_in_the_trainer(base_image: str) -> None:
     assert trainer["deploy"]["resources"]["reservations"]["devices"] == [
         {"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["0"]}
     ]
+
+
+@pytest.mark.parametrize("command", [GPU, ONE_GPU], ids=["two-gpus", "one-gpu"])
+def test_the_gpu_stack_never_builds_the_cpu_trainer_image(command: list[str], base_image: str) -> None:
+    """The CPU trainer image copies wheelhouse/, which only `make up` / `make build` fill: a GPU host
+    (`make up-gpu`, `make gpu-smoke`) must not need it."""
+    services = rendered(command, base_image)["services"]
+    assert services["dashboard"]["image"] == services["trainer"]["image"]
+    for name, service in services.items():
+        assert (service.get("build") or {}).get("dockerfile") != "docker/trainer-cpu.Dockerfile", name
+
+
+def test_the_fa3_precache_downloads_the_kernel_trl_loads(gpu_images: dict) -> None:
+    image = gpu_images["services"]["trainer"]["image"]
+    out = subprocess.run(
+        ["docker", "run", "--rm", "-v", f"{PROGRAMS}:/programs:ro", "--entrypoint", "python3", image]
+        + ["/programs/fa3_precache_matches_trl.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert out.stdout.strip() == "True", out.stderr
 
 
 @contextmanager
