@@ -300,6 +300,8 @@ def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> 
     [
         ("grpo", "grpo-gpu.yaml", "weight_sync.mode=checkpoint", "TRL always syncs the weights to vLLM over NCCL"),
         ("grpo", "grpo-cpu.yaml", "weight_sync.mode=nccl", "weight_sync.mode: nccl is TRL's vLLM server mode"),
+        # A before/after evaluation on a server whose weights never change would score one model twice.
+        ("grpo", "grpo-cpu.yaml", "eval.generate=inference", "which weight_sync.mode: none never updates"),
         (
             "async-grpo",
             "async-grpo-gpu.yaml",

@@ -15,6 +15,7 @@ from ..evaluation.report import before_and_after, log_held_out, write_report
 from ..gpu.device_check import check_training_device
 from ..gpu.nccl_probe import server_weights_probe
 from ..training.outputs import finish, output_dir_of, prepare_output
+from ..training.starting_weights import serve_starting_weights
 from ..training.step_log import StepReporter
 from ..training.trl_args import as_on_cuda_host, trl_fields
 
@@ -84,6 +85,11 @@ def weight_sync_mode(config: TrainerConfig) -> str:
     if mode == "nccl" and not server:
         raise ConfigError(
             "weight_sync.mode: nccl is TRL's vLLM server mode: set grpo.use_vllm: true and grpo.vllm_mode: server"
+        )
+    if mode == "none" and config.eval.before_after and config.eval.generate == "inference":
+        raise ConfigError(
+            "eval.generate: inference evaluates the inference service's weights, which weight_sync.mode: none "
+            "never updates: the before/after figures would score the same model; set eval.generate: local"
         )
     return mode
 
@@ -189,6 +195,8 @@ def run(config: TrainerConfig) -> dict[str, Any]:
     if probe is not None:
         probe.trainer = trainer
     evaluate = held_out_evaluator(config, trainer.model, tokenizer, prompt)
+    if evaluate and config.eval.generate == "inference":
+        serve_starting_weights(mode, trainer, sync)
     before = evaluate("before") if evaluate else None
     trainer.train()
     held_out = None
