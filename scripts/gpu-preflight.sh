@@ -10,7 +10,8 @@
 # file as nvidia-smi's answer instead of asking the GPUs.
 
 GPU_PREFLIGHT_VARIABLES=(GPU_TOPOLOGY INFERENCE_GPU TRAINER_GPU ONE_GPU GPU_ASYNC_GRPO GPU_VLLM_EXTRA_ARGS
-                         GPU_TRAINER_MEMORY_GIB)
+                         GPU_TRAINER_MEMORY_GIB GPU_MODEL GPU_INFERENCE_DTYPE GPU_MAX_MODEL_LEN
+                         GPU_MAX_CONCURRENT_ROLLOUTS)
 
 gpu_preflight() {
   local project=${1:-}

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from opencode_env_server.settings import Settings as OpenCodeSettings
 from reasoning_gym_env_server import Settings as ReasoningGymSettings
+from trainer.gpu.preflight import STACK_DEFAULTS as GPU_PREFLIGHT_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILES = ["compose.yaml", "compose.gpu.yaml", "compose.gpu-one.yaml", "compose.swarm.yaml"]
@@ -77,3 +78,8 @@ def test_opencode_env_settings_defaults_match_the_compose_ones(
     service_default = OpenCodeSettings.from_env()
     monkeypatch.setenv(variable, default)
     assert OpenCodeSettings.from_env() == service_default, f"compose.yaml sets {variable}={default}"
+
+
+@pytest.mark.parametrize("variable", sorted(GPU_PREFLIGHT_DEFAULTS))
+def test_the_gpu_preflight_assumes_the_stacks_defaults(variable: str) -> None:
+    assert documented()[variable] == GPU_PREFLIGHT_DEFAULTS[variable]

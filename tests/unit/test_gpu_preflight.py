@@ -127,3 +127,18 @@ def test_script_prints_the_verdict_and_the_topology_for_the_shell(tmp_path):
     assert bad.returncode == 1
     assert "topology=" not in bad.stdout
     assert "stopped before starting anything" in bad.stdout
+
+
+def test_the_kv_cache_estimate_says_whether_the_rollouts_in_flight_fit():
+    fits = verdict_of(TWO_H100)  # 0.9 of 79.6 GiB in float32: ~296k tokens for 8 x 32,768
+    assert any(line.startswith("ok    vLLM's KV cache (float32) holds ~296,") for line in fits.lines)
+    two_a100_40 = A100_40 + A100_40.replace("0, NVIDIA", "1, NVIDIA")
+    short = verdict_of(two_a100_40)
+    assert not short.failed, short.lines  # slower, not wrong: a note
+    note = next(line for line in short.lines if "KV cache" in line)
+    assert note.startswith("note  vLLM's KV cache (float32) holds ~129,164 tokens")
+    assert "8 rollouts of up to 32,768 need 262,144: long rollouts will queue" in note
+    bf16 = verdict_of(two_a100_40, GPU_INFERENCE_DTYPE="bfloat16")
+    assert any(line.startswith("ok    vLLM's KV cache (bfloat16)") for line in bf16.lines)
+    other = verdict_of(TWO_H100, GPU_MODEL="Qwen/Qwen3-8B")
+    assert any("not estimated for Qwen/Qwen3-8B" in line for line in other.lines)

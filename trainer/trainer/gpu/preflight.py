@@ -36,7 +36,21 @@ FA3_CAPABILITIES = ("8.0", "9.0")
 DEFAULT_TRAINER_MEMORY_GIB = 28.0
 # grpo-gpu-one.yaml's vllm_gpu_memory_utilization: vLLM's share of the one GPU.
 COLOCATED_VLLM_SHARE = 0.25
-DEFAULT_VLLM_SHARE = 0.5
+# The stack's defaults of the settings read here (compose.gpu.yaml; tests/unit/test_env_example.py
+# checks them against .env.example). vLLM has its GPU to itself in the two-GPU topology.
+STACK_DEFAULTS = {
+    "GPU_VLLM_EXTRA_ARGS": "--gpu-memory-utilization 0.9",
+    "GPU_MODEL": "Qwen/Qwen3-1.7B",
+    "GPU_MAX_MODEL_LEN": "32768",
+    "GPU_INFERENCE_DTYPE": "float32",
+    "GPU_MAX_CONCURRENT_ROLLOUTS": "8",
+}
+# Qwen3-1.7B as vLLM holds it: parameters, and K and V per token (28 layers x 8 KV heads x 128).
+QWEN3_1_7B_PARAMETERS = 1.72e9
+QWEN3_1_7B_KV_VALUES_PER_TOKEN = 2 * 28 * 8 * 128
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "half": 2, "auto": 2}
+# vLLM's own activations and CUDA graphs beside the weights and the KV cache (an estimate).
+VLLM_OVERHEAD_GIB = 2.0
 QUERY = "index,name,compute_cap,memory.total,memory.free,driver_version"
 GIB = 1024.0
 
@@ -112,7 +126,8 @@ def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
     """Decide the topology and check driver, GPU ids, compute capability and free memory.
 
     Settings (the stack's variables): GPU_TOPOLOGY (auto|one|two), INFERENCE_GPU, TRAINER_GPU,
-    ONE_GPU, GPU_ASYNC_GRPO (on|off), GPU_VLLM_EXTRA_ARGS, GPU_TRAINER_MEMORY_GIB.
+    ONE_GPU, GPU_ASYNC_GRPO (on|off), GPU_VLLM_EXTRA_ARGS, GPU_TRAINER_MEMORY_GIB, and for the KV
+    cache estimate GPU_MODEL, GPU_INFERENCE_DTYPE, GPU_MAX_MODEL_LEN, GPU_MAX_CONCURRENT_ROLLOUTS.
     """
     verdict = Verdict()
     if not gpus:
@@ -182,10 +197,11 @@ def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
         return verdict
     verdict.ok(f"topology two: vLLM on GPU {inference_id}, the trainer on GPU {trainer_id} (NCCL weight sync)")
     inference, trainer = by_index[inference_id], by_index[trainer_id]
-    share = vllm_share(env.get("GPU_VLLM_EXTRA_ARGS", f"--gpu-memory-utilization {DEFAULT_VLLM_SHARE}"))
+    share = vllm_share(_setting(env, "GPU_VLLM_EXTRA_ARGS"))
     _check_free(
         verdict, inference, share * inference.memory_total_mib / GIB, f"vLLM (--gpu-memory-utilization {share})"
     )
+    _check_kv_cache(verdict, env, share * inference.memory_total_mib / GIB)
     _check_free(verdict, trainer, trainer_need, "the trainer")
     verdict.async_grpo = async_wanted
     if not async_wanted:
@@ -200,6 +216,39 @@ def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
             "to a GPU of that class"
         )
     return verdict
+
+
+def _setting(env: Mapping[str, str], name: str) -> str:
+    return env.get(name) or STACK_DEFAULTS[name]
+
+
+def kv_cache_tokens(vllm_gib: float, dtype: str) -> int:
+    """Tokens of Qwen3-1.7B's KV cache in ``vllm_gib`` of GPU memory served in ``dtype``."""
+    size = DTYPE_BYTES.get(dtype, 2)
+    free = vllm_gib - QWEN3_1_7B_PARAMETERS * size / GIB**3 - VLLM_OVERHEAD_GIB
+    return max(0, int(free * GIB**3 / (QWEN3_1_7B_KV_VALUES_PER_TOKEN * size)))
+
+
+def _check_kv_cache(verdict: Verdict, env: Mapping[str, str], vllm_gib: float) -> None:
+    """Whether vLLM's KV cache holds every rollout at its longest at once (else they queue and vLLM
+    preempts: slower, not wrong, so a note)."""
+    model = _setting(env, "GPU_MODEL")
+    if model != STACK_DEFAULTS["GPU_MODEL"]:
+        verdict.note(f"KV cache size not estimated for {model} (only for {STACK_DEFAULTS['GPU_MODEL']})")
+        return
+    dtype = _setting(env, "GPU_INFERENCE_DTYPE").lower()
+    tokens = kv_cache_tokens(vllm_gib, dtype)
+    rollouts, length = int(_setting(env, "GPU_MAX_CONCURRENT_ROLLOUTS")), int(_setting(env, "GPU_MAX_MODEL_LEN"))
+    need = rollouts * length
+    what = f"vLLM's KV cache ({dtype}) holds ~{tokens:,} tokens; {rollouts} rollouts of up to {length:,} need {need:,}"
+    if tokens >= need:
+        verdict.ok(what)
+    else:
+        verdict.note(
+            f"{what}: long rollouts will queue and vLLM will preempt (slower, not wrong); raise "
+            "--gpu-memory-utilization (GPU_VLLM_EXTRA_ARGS), lower GPU_MAX_CONCURRENT_ROLLOUTS or "
+            "GPU_MAX_MODEL_LEN, or serve bfloat16"
+        )
 
 
 def _check_free(verdict: Verdict, gpu: Gpu, need_gib: float, what: str) -> None:

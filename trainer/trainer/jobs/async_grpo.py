@@ -17,6 +17,7 @@ from ..config import ConfigError, TrainerConfig
 from ..envs.coding_tasks import load_tasks, prompts_dataset
 from ..envs.opencode import RecordingSessionFactory, check_capacity
 from ..gpu.device_check import check_training_device
+from ..gpu.token_budget import check_token_budget, served_max_model_len
 from ..training.outputs import finish, output_dir_of, prepare_output
 from ..training.step_log import StepReporter
 from ..training.trl_args import as_on_cuda_host, trl_fields
@@ -178,6 +179,7 @@ def train(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
     problems = check_training_device(async_grpo=True)
     if problems:
         raise ConfigError("this GPU cannot run AsyncGRPO: " + "; ".join(problems))
+    check_token_budget(args.token_budget, served_max_model_len(config.inference.url))
     check_capacity(config.opencode.env_url, inflight_tasks(args))
     tokenizer = AutoTokenizer.from_pretrained(config.require_model())
     worker_kwargs = loop_arguments(config, args, output_dir, tokenizer)
