@@ -256,6 +256,9 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
     assert worker["max_tokens"] <= max_model_len
     assert worker["max_inflight_tasks"] == 8
     assert worker["chat_template_kwargs"] == {"enable_thinking": False}
+    # TRL's harness hands the session factory its sampling policy only: the thinking switch reaches
+    # OpenCode's model calls through the factory's own settings.
+    assert plan["session_factory"]["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> None:

@@ -133,6 +133,15 @@ def test_session_runs_the_harness_protocol():
     assert {r.url.host for r in service.requests} == {"opencode-env"}  # one name, resolved to nothing else
 
 
+def test_the_trainers_chat_template_settings_reach_every_model_call():
+    """TRL's harness gives the factory its sampling policy only; Qwen3's thinking switch comes from the
+    trainer's config and must be forced on the engine's calls like the policy."""
+    service = FakeService()
+    factory_with(service, chat_template_kwargs={"enable_thinking": False}).create(TASK)
+    created = json.loads(next(r for r in service.requests if r.url.path == "/rollouts").content)
+    assert created["sampling"] == {"temperature": 0.7, "chat_template_kwargs": {"enable_thinking": False}}
+
+
 def test_infrastructure_failure_is_not_scored_zero():
     session = factory_with(FakeService(reward=None)).create(TASK)
     with pytest.raises(RolloutNotScorable, match="infra_failure"):

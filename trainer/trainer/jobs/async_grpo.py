@@ -116,6 +116,15 @@ def selected_tasks(config: TrainerConfig) -> list[Any]:
     return tasks
 
 
+def factory_arguments(config: TrainerConfig, args: Any) -> dict[str, Any]:
+    """The session factory's own settings; TRL adds ``sampling`` (its training policy) when it makes it."""
+    return {
+        "model": config.inference.model,
+        "wait_timeout_s": config.opencode.wait_timeout_s,
+        "chat_template_kwargs": args.chat_template_kwargs,
+    }
+
+
 def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
     """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path."""
     oc, inference = config.opencode, config.inference
@@ -123,12 +132,7 @@ def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer
     sessions_path = output_dir / "sessions.jsonl"
     sessions_path.write_text("")
     factory = functools.partial(
-        RecordingSessionFactory,
-        oc.env_url,
-        tasks,
-        model=inference.model,
-        wait_timeout_s=oc.wait_timeout_s,
-        record_path=str(sessions_path),
+        RecordingSessionFactory, oc.env_url, tasks, record_path=str(sessions_path), **factory_arguments(config, args)
     )
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     return dict(
@@ -223,6 +227,7 @@ def plan(config: TrainerConfig) -> dict[str, Any]:
             "save_only_model": args.save_only_model,
         },
         "rollout_worker": sampling_arguments(args),
+        "session_factory": factory_arguments(config, args),
     }
 
 

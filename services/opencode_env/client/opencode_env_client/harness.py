@@ -117,8 +117,11 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
     ``tasks``: the service's ``Task`` models (or dicts of them: instruction, held-out tests, limits);
     a TRL prompt is matched to its task by the instruction text. ``sampling``: TRL's training policy,
     forced on every model call the agent makes (OpenCode would otherwise pick its own temperature).
-    With several replicas behind ``base_url``'s name (Swarm), each rollout starts on the one with the
-    most free slots and its session keeps every later call on that replica (``ReplicaPool``).
+    ``chat_template_kwargs``: the trainer's chat template settings (``{"enable_thinking": false}``),
+    forced on every model call too, so the engine renders the prompts the trainer tokenizes; TRL's
+    harness passes only its sampling policy to the factory. With several replicas behind
+    ``base_url``'s name (Swarm), each rollout starts on the one with the most free slots and its
+    session keeps every later call on that replica (``ReplicaPool``).
     """
 
     def __init__(
@@ -129,6 +132,7 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
         model: str | None = None,
         wait_timeout_s: float = 900.0,
         request_timeout_s: float = 30.0,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.base_url = base_url
         validated = [Task.model_validate(t) for t in tasks]
@@ -136,6 +140,7 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
         if len(self.tasks) != len(validated):
             raise ValueError("two tasks share an instruction; a prompt must identify one task")
         self.sampling = dict(sampling or {})
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.model = model
         self.wait_timeout_s = wait_timeout_s
         self.request_timeout_s = request_timeout_s
@@ -165,8 +170,11 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
     def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> OpenCodeSession:
         """Start a rollout of the task; the seed and episode id only label it (the task is fixed)."""
         spec = self.task_for(task)
+        sampling = {**self.sampling, "chat_template_kwargs": self.chat_template_kwargs}
+        if not self.chat_template_kwargs:
+            del sampling["chat_template_kwargs"]
         client, created = self.replicas.start(
-            lambda replica: replica.create_rollout(spec, sampling=self.sampling, model=self.model)
+            lambda replica: replica.create_rollout(spec, sampling=sampling, model=self.model)
         )
         log.debug(
             "rollout %s started on %s for task %s (group seed %s, episode %s)",
