@@ -590,7 +590,7 @@ def test_eval_scores_come_from_the_env_server_and_match_the_inference_path(
     "extra, message, exit_code",
     [
         (("--model", "/models/nope"), "cannot load model '/models/nope'", 2),
-        (("--set", "eval.seed=42"), "equals the training seed", 2),
+        (("--set", "eval.seed=42"), "equals a training seed", 2),
         (
             ("--set", "reasoning_gym.env_url=http://127.0.0.1:9"),
             "reasoning-gym env at http://127.0.0.1:9 unreachable",

@@ -41,6 +41,13 @@ class ReasoningGymConfig(Section):
     dataset_size: int = Field(1000, ge=1, description="training questions drawn from (the held-out set excludes them)")
     num_prompts: int = Field(256, ge=1, description="prompts in the training dataset (one per generation group)")
     prompt: str = Field(PROMPT, description="the user turn every rollout starts from")
+    question_prefix: str = Field("\n\n", description="text between the prompt and the question in the user turn")
+    question_seeds: Literal["shared", "per_environment"] = Field(
+        "shared",
+        description="shared: every env instance walks the questions of `seed` in lock step, so each GRPO group "
+        "answers one question; per_environment: instance i walks those of seed + i, so a group's rollouts answer "
+        "different questions (the upstream walkthrough's random seed per instance, made reproducible)",
+    )
     connect_timeout_s: float = Field(10.0, gt=0, description="how long to wait for the WebSocket to open")
     message_timeout_s: float = Field(60.0, gt=0, description="how long to wait for one reply")
     reconnect_attempts: int = Field(5, ge=1, description="tries of a call on a broken connection")

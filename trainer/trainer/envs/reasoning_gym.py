@@ -2,14 +2,17 @@
 
 Talks to the reasoning-gym env service only through its OpenEnv client (``reasoning_gym_env``).
 The first ``reset`` of an instance sends the dataset, its config and the seed; later resets are
-bare and move to the next question, so all of TRL's pooled instances (one per completion, reset
-once per generation batch) walk the same question sequence in lock step and every GRPO group
-answers one question. The reward is the score the server computed for the answer.
+bare and move to the next question. With ``question_seeds: shared`` all of TRL's pooled instances
+(one per completion, reset once per generation batch) walk the same question sequence in lock step
+and every GRPO group answers one question; with ``per_environment`` instance i walks seed + i (the
+upstream walkthrough's seed per instance). The reward is the score the server computed.
 
 If the service restarts, the instance reconnects and replays its resets to get back to the same
 question; an answer lost to the restart gives reward ``None`` (TRL ignores the sample) instead of 0.
 """
 
+import functools
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -40,8 +43,9 @@ class AnswerRecord:
 class ReasoningGymToolEnv:
     """One pooled environment instance (TRL makes one per completion in a generation batch)."""
 
-    def __init__(self, settings: ReasoningGymConfig) -> None:
+    def __init__(self, settings: ReasoningGymConfig, seed: int | None = None) -> None:
         self._settings = settings
+        self.seed = settings.seed if seed is None else seed  # of the question sequence this instance walks
         self._client: Any = None
         self._resets = 0  # questions served so far: what a reconnect replays
         self.record = AnswerRecord()
@@ -66,7 +70,7 @@ class ReasoningGymToolEnv:
         """Set up the dataset on a new session and move it to the ``count``-th question (1-based)."""
         s = self._settings
         result = self._client.reset(
-            dataset_name=s.dataset, dataset_config=s.dataset_config, seed=s.seed, size=s.dataset_size
+            dataset_name=s.dataset, dataset_config=s.dataset_config, seed=self.seed, size=s.dataset_size
         )
         for _ in range(count - 1):
             result = self._client.reset()
@@ -102,14 +106,14 @@ class ReasoningGymToolEnv:
         raise EnvUnavailable(f"reasoning-gym env at {self._settings.env_url} unreachable: {error}")
 
     def reset(self, **row: Any) -> str:
-        """Start the next episode; the question is appended to the prompt."""
+        """Start the next episode; ``question_prefix`` and the question are appended to the prompt."""
         self.record = AnswerRecord()
         target = self._resets + 1
         result = self._with_reconnect("reset", lambda fresh: self._reset_to(target) if fresh else self._client.reset())
         self._resets = target
         self.record.question = result.observation.question
         self.record.question_index = target - 1
-        return f"\n\n{result.observation.question}"
+        return self._settings.question_prefix + result.observation.question
 
     def answer(self, answer: str) -> str:
         """Submit the final answer to the current problem.
@@ -146,3 +150,44 @@ class ReasoningGymToolEnv:
         if self.record.error is not None:
             return None
         return self.record.score if self.record.score is not None else 0.0
+
+
+class PerEnvironmentSeeds:
+    """``environment_factory`` for ``question_seeds: per_environment``: the i-th instance TRL makes
+    walks the questions of seed + i."""
+
+    def __init__(self, settings: ReasoningGymConfig) -> None:
+        self.settings = settings
+        self._made = itertools.count()
+
+    def __call__(self) -> ReasoningGymToolEnv:
+        return ReasoningGymToolEnv(self.settings, self.settings.seed + next(self._made))
+
+
+def environment_factory(settings: ReasoningGymConfig) -> Callable[[], ReasoningGymToolEnv]:
+    """What TRL's ``environment_factory`` gets for these settings."""
+    if settings.question_seeds == "per_environment":
+        return PerEnvironmentSeeds(settings)
+    return functools.partial(ReasoningGymToolEnv, settings)
+
+
+# TRL GRPOConfig's defaults of the fields that size a generation batch.
+TRL_DEFAULT_BATCH_SIZE = 8
+TRL_DEFAULT_ACCUMULATION = 1
+
+
+def environment_instances(grpo: dict[str, Any]) -> int:
+    """How many env instances TRL makes for a GRPO section: one per completion of a generation batch
+    on one process, ``per_device_train_batch_size x steps_per_generation`` (the job checks it
+    against TRL's own ``GRPOConfig`` at start)."""
+    accumulation = grpo.get("gradient_accumulation_steps", TRL_DEFAULT_ACCUMULATION)
+    return grpo.get("per_device_train_batch_size", TRL_DEFAULT_BATCH_SIZE) * (
+        grpo.get("steps_per_generation") or accumulation
+    )
+
+
+def training_seeds(settings: ReasoningGymConfig, instances: int) -> list[int]:
+    """The seeds of every question sequence a training run walks."""
+    if settings.question_seeds == "per_environment":
+        return [settings.seed + i for i in range(instances)]
+    return [settings.seed]

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from ..config import ReasoningGymConfig
+
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
@@ -26,8 +28,14 @@ def parse_answer(text: str) -> str | None:
 
 
 def messages_for(prompt: str, question: str) -> list[dict[str, str]]:
-    """The conversation TRL trains on: the job's prompt with the env's question appended."""
-    return [{"role": "user", "content": f"{prompt}\n\n{question}"}]
+    """The conversation TRL trains on: the user turn's text before the question (the job's prompt and
+    ``question_prefix``, see ``turn_prefix``) with the env's question appended."""
+    return [{"role": "user", "content": f"{prompt}{question}"}]
+
+
+def turn_prefix(settings: ReasoningGymConfig) -> str:
+    """The user turn before the question: ``reasoning_gym.prompt`` then ``question_prefix``."""
+    return settings.prompt + settings.question_prefix
 
 
 class LocalGenerator:

@@ -90,18 +90,20 @@ def held_out_questions(
     count: int,
     pool: int,
     excluded: frozenset[str] = frozenset(),
+    training_seeds: Sequence[int] | None = None,
 ) -> tuple[list[Question], int]:
     """``count`` questions of the held-out ``seed`` whose text is none of the first
-    ``training_questions`` questions the training run draws and whose sha256 is not in ``excluded``
-    (the policy's pre-training questions); (questions, how many were skipped).
+    ``training_questions`` questions of any sequence the training run walks (``training_seeds``,
+    default the training seed) and whose sha256 is not in ``excluded`` (the policy's pre-training
+    questions); (questions, how many were skipped).
 
-    Raises ``ConfigError`` when the seeds are equal or the dataset has too few distinct questions.
+    Raises ``ConfigError`` when the held-out seed is a training seed or the dataset has too few
+    distinct questions.
     """
-    if seed == training.seed:
-        raise ConfigError(
-            f"eval.seed ({seed}) equals the training seed: held-out questions must come from another seed"
-        )
-    seen = set(_walk(training, training.seed, training.dataset_size, training_questions))
+    seeds = [training.seed] if training_seeds is None else list(training_seeds)
+    if seed in seeds:
+        raise ConfigError(f"eval.seed ({seed}) equals a training seed: held-out questions must come from another seed")
+    seen = {text for s in seeds for text in _walk(training, s, training.dataset_size, training_questions)}
     questions, skipped = [], 0
     with contextlib.closing(_walk(training, seed, pool, pool)) as candidates:  # read only as far as needed
         for index, text in enumerate(candidates):
@@ -114,7 +116,7 @@ def held_out_questions(
     if len(questions) < count:
         raise ConfigError(
             f"only {len(questions)} of {pool} held-out questions of {training.dataset} differ from the "
-            f"{training_questions} training questions and the {len(excluded)} pre-training questions "
+            f"{len(seen)} training questions and the {len(excluded)} pre-training questions "
             f"(asked for {count}): the dataset has too few "
             "distinct questions; lower eval.num_questions or reasoning_gym.dataset_size, or widen "
             "dataset_config"

@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 from ..config import ConfigError, ReasoningGymConfig, TrainerConfig
-from ..envs.reasoning_gym import ReasoningGymToolEnv
+from ..envs.reasoning_gym import ReasoningGymToolEnv, environment_instances, training_seeds
+from .generation import turn_prefix
 from .questions import Generate, Question, held_out_questions, pretraining_digests, score_answers
 from .statistics import summary_of
 
@@ -32,6 +33,7 @@ def held_out_set(config: TrainerConfig) -> tuple[list[Question], int]:
         ev.num_questions,
         ev.pool,
         pretraining_digests(config.model or ""),
+        training_seeds(training, environment_instances(config.training_fields())),
     )
 
 
@@ -71,7 +73,7 @@ def held_out_evaluation(
 def generator_for(config: TrainerConfig, model_path: str | None, mode: str) -> Generate:
     """The generator ``eval.generate`` names, for ``model_path`` (default: the config's model)."""
     training, ev = config.reasoning_gym, config.eval
-    prompt = config.reasoning_gym.prompt
+    prompt = turn_prefix(config.reasoning_gym)
     template = dict(config.training_fields().get("chat_template_kwargs") or {})
     if mode == "inference":
         from transformers.utils import get_json_schema

@@ -1,6 +1,5 @@
 """``python -m trainer grpo``: TRL GRPOTrainer with ``environment_factory`` on the reasoning-gym env service."""
 
-import functools
 import json
 import logging
 from pathlib import Path
@@ -8,8 +7,8 @@ from typing import Any
 
 from ..config import ConfigError, TrainerConfig
 from ..cpu.checkpoint_sync import checkpoint_sync
-from ..envs.reasoning_gym import ReasoningGymToolEnv
-from ..evaluation.generation import LocalGenerator
+from ..envs.reasoning_gym import ReasoningGymToolEnv, environment_factory, environment_instances
+from ..evaluation.generation import LocalGenerator, turn_prefix
 from ..evaluation.reasoning_gym import answer_tool, generator_for, held_out_evaluation, held_out_set
 from ..evaluation.report import before_and_after, log_held_out, write_report
 from ..gpu.device_check import check_training_device
@@ -151,6 +150,13 @@ def run(config: TrainerConfig) -> dict[str, Any]:
     prompt = settings.prompt
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * settings.num_prompts)
     args = grpo_config(config, output_dir)
+    instances = args.per_device_train_batch_size * args.steps_per_generation
+    if settings.question_seeds == "per_environment" and environment_instances(config.training_fields()) != instances:
+        # The held-out set excludes the questions of one sequence per env instance TRL makes.
+        raise RuntimeError(
+            f"TRL makes {instances} env instances, not the {environment_instances(config.training_fields())} "
+            "the held-out exclusion assumed: trainer.envs.reasoning_gym.environment_instances needs updating"
+        )
     if args.use_vllm:
         problems = check_training_device(async_grpo=False)
         if problems:
@@ -182,7 +188,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         args=args,
         train_dataset=dataset,
         callbacks=callbacks,
-        environment_factory=functools.partial(ReasoningGymToolEnv, settings),
+        environment_factory=environment_factory(settings),
     )
     trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
     if mode == "nccl":
@@ -194,7 +200,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         )
     if probe is not None:
         probe.trainer = trainer
-    evaluate = held_out_evaluator(config, trainer.model, tokenizer, prompt)
+    evaluate = held_out_evaluator(config, trainer.model, tokenizer, turn_prefix(settings))
     if evaluate and config.eval.generate == "inference":
         serve_starting_weights(mode, trainer, sync)
     before = evaluate("before") if evaluate else None

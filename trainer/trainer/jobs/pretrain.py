@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, PretrainConfig, ReasoningGymConfig, TrainerConfig
-from ..evaluation.generation import messages_for
+from ..evaluation.generation import messages_for, turn_prefix
 from ..evaluation.questions import PRETRAINING_MANIFEST as MANIFEST
 from ..evaluation.questions import labelled_questions, question_digest
 from ..evaluation.reasoning_gym import answer_tool
@@ -53,6 +53,7 @@ def _recipe(settings: PretrainConfig, rg: ReasoningGymConfig) -> dict[str, Any]:
         "dataset": rg.dataset,
         "dataset_config": rg.dataset_config,
         "prompt": rg.prompt,
+        "question_prefix": rg.question_prefix,
     }
 
 
@@ -72,7 +73,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
 
     settings, rg = config.pretrain, config.reasoning_gym
-    prompt = rg.prompt
+    prompt = turn_prefix(rg)
     out = Path(config.require_model())
     began = time.monotonic()
     torch.manual_seed(settings.init_seed)
