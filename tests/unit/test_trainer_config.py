@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from trainer.__main__ import main
 from trainer.config import ConfigError, TrainerConfig, bundled_config, load_config
 from trainer.envs.coding_tasks import load_tasks
-from trainer.training.reporting import format_step, summarize, trailing_mean
+from trainer.training.reporting import format_step, reward_delta, summarize, trailing_mean
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -240,6 +240,19 @@ def test_step_line_and_summary():
     assert "first 2 steps 0.050, last 2 steps 0.350 (+0.300)" in text
     assert "metrics: /o/metrics.jsonl" in text
     assert "plot" not in text
+    assert "Only 4 reward entries logged" in text  # the walkthrough's guard
+
+
+def test_the_walkthroughs_reward_delta_over_logged_steps():
+    """logging_steps: 10 over 150 steps logs 15 rewards: the first five against the last five, in points."""
+    rewards = [0.6, 0.6, 0.65, 0.6, 0.675] + [0.7] * 5 + [0.8, 0.85, 0.8, 0.85, 0.8625]
+    records = [{"step": 10 * i, "reward": r} for i, r in enumerate(rewards, 1)]
+    text = summarize(records, {})
+    assert text.startswith("finished 150 optimizer steps\n")
+    assert "Initial reward (first 5 logs avg): 62.50%\n" in text
+    assert "Final reward   (last 5 logs avg):  83.25%\n" in text
+    assert text.endswith("Delta:                             +20.75 pp")
+    assert reward_delta(rewards) == pytest.approx({"initial": 0.625, "final": 0.8325, "points": 20.75})
 
 
 def test_trailing_mean_averages_each_step_with_the_steps_before_it():

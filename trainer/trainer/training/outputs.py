@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TrainerConfig
-from .reporting import plot_rewards, summarize
+from .reporting import plot_rewards, reward_delta, summarize
 
 
 def prepare_output(config: TrainerConfig) -> Path:
@@ -59,9 +59,11 @@ def finish(
     if held_out:
         text = "\n".join([text, *held_out["lines"]])
     print(text, flush=True)
+    rewards = [r.get("reward") for r in records]
     summary = {
-        "steps": len(records),
-        "rewards": [r.get("reward") for r in records],
+        "steps": records[-1]["step"] if records else 0,
+        "rewards": rewards,
+        "reward_delta": reward_delta([r for r in rewards if r is not None]),
         "step_time_s": [r.get("step_time_s") for r in records],
         "held_out": held_out["modes"] if held_out else None,
         "outputs": {k: str(v) for k, v in outputs.items() if v is not None},

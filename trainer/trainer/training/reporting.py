@@ -93,7 +93,8 @@ def plot_rewards(
 def summarize(records: list[dict[str, Any]], outputs: dict[str, Path | None], window: int = 3) -> str:
     """The closing text: reward over the first and last steps, and where the outputs are."""
     rewards = [r["reward"] for r in records if r.get("reward") is not None]
-    lines = [f"finished {len(records)} optimizer steps"]
+    steps = records[-1]["step"] if records else 0  # records are logged steps (every logging_steps)
+    lines = [f"finished {steps} optimizer steps"]
     if rewards:
         n = min(window, len(rewards))
         first, last = sum(rewards[:n]) / n, sum(rewards[-n:]) / n
@@ -101,5 +102,31 @@ def summarize(records: list[dict[str, Any]], outputs: dict[str, Path | None], wi
     times = [r["step_time_s"] for r in records if r.get("step_time_s") is not None]
     if times:
         lines.append(f"time per step: {sum(times) / len(times):.1f} s mean")
+    lines += reward_delta_lines(rewards)
     lines += [f"{name}: {path}" for name, path in outputs.items() if path is not None]
     return "\n".join(lines)
+
+
+DELTA_LOGS = 5
+
+
+def reward_delta(rewards: list[float]) -> dict[str, float] | None:
+    """The upstream walkthrough's before/after figure: the mean of the first five logged rewards
+    against the last five, in points (None with fewer than five logs)."""
+    if len(rewards) < DELTA_LOGS:
+        return None
+    initial = sum(rewards[:DELTA_LOGS]) / DELTA_LOGS
+    final = sum(rewards[-DELTA_LOGS:]) / DELTA_LOGS
+    return {"initial": initial, "final": final, "points": 100 * (final - initial)}
+
+
+def reward_delta_lines(rewards: list[float]) -> list[str]:
+    """``reward_delta`` as the walkthrough prints it, with its guard for a run too short to say."""
+    delta = reward_delta(rewards)
+    if delta is None:
+        return [f"Only {len(rewards)} reward entries logged: train for a few more logging_steps for the reward delta"]
+    return [
+        f"Initial reward (first {DELTA_LOGS} logs avg): {delta['initial']:.2%}",
+        f"Final reward   (last {DELTA_LOGS} logs avg):  {delta['final']:.2%}",
+        f"Delta:                             {delta['points']:+.2f} pp",
+    ]
