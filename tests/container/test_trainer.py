@@ -202,6 +202,89 @@ def weight_synced_inference(
     return weights, inference
 
 
+WALKTHROUGH_DATASET = {"min_terms": 2, "max_terms": 3, "min_digits": 2, "max_digits": 2}
+
+
+def test_the_walkthrough_config_runs_on_cpu_with_a_question_sequence_per_environment(
+    trainer_image, models_volume, network, gym_env, outputs
+):
+    """grpo-walkthrough.yaml, what `make up-gpu` runs on one GPU, through the same code path on CPU:
+    only the model, the step count, the logging interval and the CPU switches differ."""
+    log = run_trainer(
+        trainer_image,
+        network,
+        outputs,
+        "grpo",
+        "--config",
+        "grpo-walkthrough.yaml",
+        *("--set", "model=/models/answer-policy", "--set", "output_dir=/outputs/walkthrough"),
+        *("--set", "grpo.max_steps=5", "--set", "grpo.logging_steps=1"),
+        *("--set", "grpo.use_cpu=true", "--set", "grpo.bf16=false"),
+        *("--set", "eval.num_questions=20", "--set", "eval.pool=400"),
+        volumes={models_volume: "/models"},
+    )
+    assert "finished 5 optimizer steps" in log
+    assert re.search(r"Initial reward \(first 5 logs avg\): [\d.]+%\n", log), log[-3000:]
+    assert re.search(r"Delta: +[+-][\d.]+ pp\n", log), log[-3000:]
+    run = outputs / "walkthrough"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["reward_delta"]["points"] == pytest.approx(
+        100 * (summary["reward_delta"]["final"] - summary["reward_delta"]["initial"])
+    )
+    # Batch 1 x 4 accumulation: four env instances, instance i walking the questions of seed 42 + i,
+    # so the two rollouts of a GRPO group answer different questions, as in the walkthrough.
+    rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 5 * 4
+    assert {r["seed"] for r in rollouts} == {42, 43, 44, 45}
+    datasets = {
+        s: reasoning_gym.create_dataset("chain_sum", seed=s, size=1000, **WALKTHROUGH_DATASET) for s in range(42, 46)
+    }
+    for r in rollouts:
+        assert r["question"] == datasets[r["seed"]][r["question_index"]]["question"]
+    for step in range(5):
+        assert len({r["seed"] for r in rollouts if r["step"] == step}) == 4
+    # The held-out questions come from none of the four training sequences.
+    training = {e["question"] for d in datasets.values() for e in d}
+    before = json.loads((run / "eval.json").read_text())["evaluations"][0]
+    assert not training & {r["question"] for r in before["modes"]["greedy"]["records"]}
+
+
+def test_push_to_hub_fails_at_start_in_one_line_without_the_hub(
+    trainer_image, models_volume, network, gym_env, outputs
+):
+    """No Hugging Face Hub here: the walkthrough's push is refused before the model loads, not after training."""
+    for extra, message in (
+        ((), "grpo.push_to_hub needs a Hugging Face token with write access: set HF_TOKEN"),
+        (
+            ("-e", "HF_TOKEN=hf_test", "-e", "HF_ENDPOINT=http://127.0.0.1:9"),
+            "grpo.push_to_hub: the Hugging Face Hub at http://127.0.0.1:9 does not answer",
+        ),
+    ):
+        result = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                network.name,
+                *extra,
+                "-v",
+                f"{models_volume}:/models",
+                trainer_image,
+            ]
+            + ["grpo", "--config", "grpo-walkthrough.yaml", "--set", "model=/models/answer-policy"]
+            + ["--set", "grpo.push_to_hub=true", "--set", "grpo.use_cpu=true", "--set", "grpo.bf16=false"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 2, result.stderr[-2000:]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("trainer:")]
+        assert len(errors) == 1, result.stderr[-2000:]
+        assert errors[0].startswith(f"trainer: configuration error: {message}"), errors
+        assert "Traceback" not in result.stderr
+
+
 def test_cpu_weight_sync_serves_the_trained_weights(
     trainer_image, inference_image, models_volume, network, gym_env, outputs
 ):

@@ -236,7 +236,7 @@ def test_step_line_and_summary():
         == "step 3/5 | reward 0.250 ± 0.433 | loss 0.012 | len 21.0 | 48 tok/s | 9.8 s | weights step-3"
     )
     records = [{"step": i, "reward": r, "step_time_s": 2.0} for i, r in enumerate([0.0, 0.1, 0.2, 0.5], 1)]
-    text = summarize(records, {"metrics": Path("/o/metrics.jsonl"), "plot": None}, window=2)
+    text = summarize(records, {"metrics": Path("/o/metrics.jsonl"), "plot": None}, 4, window=2)
     assert "first 2 steps 0.050, last 2 steps 0.350 (+0.300)" in text
     assert "metrics: /o/metrics.jsonl" in text
     assert "plot" not in text
@@ -247,7 +247,7 @@ def test_the_walkthroughs_reward_delta_over_logged_steps():
     """logging_steps: 10 over 150 steps logs 15 rewards: the first five against the last five, in points."""
     rewards = [0.6, 0.6, 0.65, 0.6, 0.675] + [0.7] * 5 + [0.8, 0.85, 0.8, 0.85, 0.8625]
     records = [{"step": 10 * i, "reward": r} for i, r in enumerate(rewards, 1)]
-    text = summarize(records, {})
+    text = summarize(records, {}, 150)
     assert text.startswith("finished 150 optimizer steps\n")
     assert "Initial reward (first 5 logs avg): 62.50%\n" in text
     assert "Final reward   (last 5 logs avg):  83.25%\n" in text

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 class AnswerRecord:
     """What one rollout asked and answered, and what the server said about it."""
 
+    seed: int | None = None  # of the question sequence
     question: str | None = None
     question_index: int = -1
     answer: str | None = None
@@ -107,7 +108,7 @@ class ReasoningGymToolEnv:
 
     def reset(self, **row: Any) -> str:
         """Start the next episode; ``question_prefix`` and the question are appended to the prompt."""
-        self.record = AnswerRecord()
+        self.record = AnswerRecord(seed=self.seed)
         target = self._resets + 1
         result = self._with_reconnect("reset", lambda fresh: self._reset_to(target) if fresh else self._client.reset())
         self._resets = target

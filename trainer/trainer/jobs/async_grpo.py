@@ -166,6 +166,7 @@ def train_cpu(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
 
     return finish(
         save_model,
+        len(result["records"]),
         result["records"],
         output_dir,
         "AsyncGRPO on OpenCode coding tasks (CPU)",
@@ -201,6 +202,7 @@ def train(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
     trainer.train()
     return finish(
         trainer.save_model,
+        trainer.state.global_step,
         reporter.records,
         output_dir,
         "AsyncGRPO on OpenCode coding tasks",

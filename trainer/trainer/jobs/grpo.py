@@ -13,6 +13,7 @@ from ..evaluation.reasoning_gym import answer_tool, generator_for, held_out_eval
 from ..evaluation.report import before_and_after, log_held_out, write_report
 from ..gpu.device_check import check_training_device
 from ..gpu.nccl_probe import server_weights_probe
+from ..training.hub import check_hub
 from ..training.outputs import finish, output_dir_of, prepare_output
 from ..training.starting_weights import serve_starting_weights
 from ..training.step_log import StepReporter
@@ -150,6 +151,8 @@ def run(config: TrainerConfig) -> dict[str, Any]:
     prompt = settings.prompt
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * settings.num_prompts)
     args = grpo_config(config, output_dir)
+    if args.push_to_hub:
+        check_hub("grpo", args.hub_model_id)
     instances = args.per_device_train_batch_size * args.steps_per_generation
     if settings.question_seeds == "per_environment" and environment_instances(config.training_fields()) != instances:
         # The held-out set excludes the questions of one sequence per env instance TRL makes.
@@ -212,8 +215,11 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         held_out = before_and_after(before, after)
         if "trackio" in args.report_to:
             log_held_out(config.trackio_project, args.run_name, [(0, before), (trainer.state.global_step, after)])
+    if args.push_to_hub:
+        trainer.push_to_hub(commit_message=f"GRPO fine-tune on reasoning_gym {settings.dataset}")
     return finish(
         trainer.save_model,
+        trainer.state.global_step,
         reporter.records,
         output_dir,
         f"GRPO on reasoning-gym {settings.dataset}",

@@ -33,14 +33,16 @@ def use_trackio_store(output_dir: Path) -> None:
 
 def finish(
     save_model: Callable[[str], None],
+    steps: int,
     records: list[dict[str, Any]],
     output_dir: Path,
     title: str,
     outputs: dict[str, Path | None],
     held_out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Save the final model with ``save_model`` (with its tokenizer), plot the rewards (and the held-out accuracy before
-    and after training, if evaluated), print and write the summary."""
+    """Save the final model with ``save_model`` (with its tokenizer), plot the logged rewards (and the
+    held-out accuracy before and after training, if evaluated), print and write the summary of the
+    ``steps`` optimizer steps taken."""
     final_dir = output_dir / "final"
     save_model(str(final_dir))
     points = None
@@ -55,13 +57,13 @@ def finish(
         "reward plot": plot_rewards(records, output_dir / "reward.png", title, points),
         "trackio": Path(os.environ["TRACKIO_DIR"]),
     }
-    text = summarize(records, outputs)
+    text = summarize(records, outputs, steps)
     if held_out:
         text = "\n".join([text, *held_out["lines"]])
     print(text, flush=True)
     rewards = [r.get("reward") for r in records]
     summary = {
-        "steps": records[-1]["step"] if records else 0,
+        "steps": steps,
         "rewards": rewards,
         "reward_delta": reward_delta([r for r in rewards if r is not None]),
         "step_time_s": [r.get("step_time_s") for r in records],

@@ -90,10 +90,10 @@ def plot_rewards(
     return path
 
 
-def summarize(records: list[dict[str, Any]], outputs: dict[str, Path | None], window: int = 3) -> str:
-    """The closing text: reward over the first and last steps, and where the outputs are."""
+def summarize(records: list[dict[str, Any]], outputs: dict[str, Path | None], steps: int, window: int = 3) -> str:
+    """The closing text: the optimizer steps taken, the reward over the first and last logged steps
+    (every ``logging_steps``), and where the outputs are."""
     rewards = [r["reward"] for r in records if r.get("reward") is not None]
-    steps = records[-1]["step"] if records else 0  # records are logged steps (every logging_steps)
     lines = [f"finished {steps} optimizer steps"]
     if rewards:
         n = min(window, len(rewards))
