@@ -78,7 +78,7 @@ def test_one_gpu_variant_colocates_vllm_in_the_trainer(base_image: str) -> None:
     assert "depends_on" not in services["opencode-env"]
     trainer = services["trainer"]
     assert set(trainer["depends_on"]) == {"reasoning-gym-env", "opencode-env"}
-    assert trainer["environment"]["GRPO_CONFIG"] == "grpo-gpu-one.yaml"
+    assert trainer["environment"]["GRPO_CONFIG"] == "grpo-walkthrough.yaml"  # the upstream walkthrough
     assert trainer["environment"]["ASYNC_GRPO"] == "off"
     assert trainer["deploy"]["resources"]["reservations"]["devices"] == [
         {"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["0"]}
@@ -231,6 +231,30 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
     assert plan["colocated_vllm"] is None
     assert plan["trainer"]["save_total_limit"] == 2
     assert plan["trainer"]["save_only_model"] is True
+
+    # The walkthrough (one GPU's default), setting for setting, as TRL gets it on a CUDA host.
+    walkthrough = json.loads(dry_run(image, "grpo", "grpo-walkthrough.yaml").stdout)
+    assert walkthrough["env"] == {
+        "url": "http://reasoning-gym-env:8000",
+        "dataset": "chain_sum",
+        "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 2, "max_digits": 2},
+        "seed": 42,
+        "question_seeds": "per_environment",
+    }
+    trainer = walkthrough["trainer"]
+    assert (trainer["per_device_train_batch_size"], trainer["gradient_accumulation_steps"]) == (1, 4)
+    assert (trainer["learning_rate"], trainer["warmup_steps"], trainer["max_steps"]) == (1e-6, 10, 150)
+    assert (trainer["optim"], trainer["max_grad_norm"], trainer["logging_steps"]) == ("adamw_torch", 1.0, 10)
+    assert (trainer["save_strategy"], trainer["gradient_checkpointing"]) == ("no", True)
+    assert trainer["dtype"] == "float32"  # TRL's default, as in the walkthrough
+    generation = walkthrough["generation"]
+    assert (generation["use_vllm"], generation["num_generations"], generation["max_completion_length"]) == (
+        False,
+        2,
+        256,
+    )
+    assert generation["chat_template_kwargs"] == {"enable_thinking": False}
+    assert walkthrough["eval"]["generate"] == "local"
 
     one = json.loads(dry_run(image, "grpo", "grpo-gpu-one.yaml").stdout)
     assert one["generation"]["vllm_mode"] == "colocate"
