@@ -80,9 +80,13 @@ def test_free_memory_is_checked_per_role():
 
 
 def test_one_gpu_needs_room_for_the_trainer_and_colocated_vllm():
-    verdict = verdict_of("0, NVIDIA A10G, 8.6, 23028, 22000, 580.95.05\n")
-    assert verdict.failed
-    assert "colocated vLLM" in failures(verdict)[0]
+    a10g = "0, NVIDIA A10G, 8.6, 23028, 22000, 580.95.05\n"
+    walkthrough = verdict_of(a10g)  # the default on one GPU: generation in the trainer
+    assert "the trainer (generation included) needs ~28.0 GiB" in failures(walkthrough)[0]
+    colocated = verdict_of(a10g, GPU_ONE_GRPO_CONFIG="grpo-gpu-one.yaml")
+    assert "colocated vLLM" in failures(colocated)[0]
+    a100 = verdict_of(A100_40, GPU_ONE_GRPO_CONFIG="grpo-gpu-one.yaml")
+    assert not a100.failed, a100.lines  # 28 GiB + 0.25 x 40 GiB
 
 
 def test_forced_topology_and_bad_values():

@@ -44,7 +44,10 @@ STACK_DEFAULTS = {
     "GPU_MAX_MODEL_LEN": "32768",
     "GPU_INFERENCE_DTYPE": "float32",
     "GPU_MAX_CONCURRENT_ROLLOUTS": "8",
+    "GPU_ONE_GRPO_CONFIG": "grpo-walkthrough.yaml",
 }
+# The one-GPU config that runs vLLM inside the trainer (its share: COLOCATED_VLLM_SHARE).
+COLOCATED_CONFIG = "grpo-gpu-one.yaml"
 # Qwen3-1.7B as vLLM holds it: parameters, and K and V per token (28 layers x 8 KV heads x 128).
 QWEN3_1_7B_PARAMETERS = 1.72e9
 QWEN3_1_7B_KV_VALUES_PER_TOKEN = 2 * 28 * 8 * 128
@@ -166,16 +169,20 @@ def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
             return verdict
         verdict.one_gpu = index
         verdict.async_grpo = False
-        verdict.ok(f"topology one: GPU {index} runs the trainer with vLLM colocated (grpo-gpu-one.yaml)")
+        config = _setting(env, "GPU_ONE_GRPO_CONFIG")
+        colocated = config == COLOCATED_CONFIG
+        verdict.ok(
+            f"topology one: GPU {index} runs the trainer ({config}"
+            + (", vLLM colocated)" if colocated else ", generation in the trainer)")
+        )
         if async_wanted:
             verdict.note("AsyncGRPO is skipped: TRL's AsyncGRPOTrainer needs a separate vLLM server on another GPU")
-        need = trainer_need + COLOCATED_VLLM_SHARE * gpu.memory_total_mib / GIB
-        _check_free(
-            verdict,
-            gpu,
-            need,
-            f"the trainer (~{trainer_need:.0f} GiB) and colocated vLLM ({COLOCATED_VLLM_SHARE:.2f} of the GPU)",
-        )
+        if colocated:
+            need = trainer_need + COLOCATED_VLLM_SHARE * gpu.memory_total_mib / GIB
+            what = f"the trainer (~{trainer_need:.0f} GiB) and colocated vLLM ({COLOCATED_VLLM_SHARE:.2f} of the GPU)"
+        else:
+            need, what = trainer_need, "the trainer (generation included)"
+        _check_free(verdict, gpu, need, what)
         return verdict
 
     inference_id, trainer_id = int(env.get("INFERENCE_GPU") or 0), int(env.get("TRAINER_GPU") or 1)
