@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # `make gpu-smoke`: the GPU path end to end, unattended, on an NVIDIA host. One verdict line per
 # stage (PASS / FAIL / SKIP), each stage under a timeout, a diagnosis line and the log file on a
-# failure; exit 1 if any stage failed. Stages: pre-flight, images, services healthy, NCCL group
-# formed, one GRPO step, weights reached vLLM (probe logprobs after the sync), one AsyncGRPO step.
-# One GPU: GRPO with vLLM colocated; the NCCL, probe and AsyncGRPO stages are skipped.
+# failure; exit 1 if any stage failed. Stages: isolation, pre-flight, images, services healthy, NCCL
+# group formed, one GRPO step, weights reached vLLM (probe logprobs after the sync), one AsyncGRPO
+# step. One GPU: GRPO only; the NCCL, probe and AsyncGRPO stages are skipped.
+# The verdicts also go to $SMOKE_LOG_DIR/verdicts.json ({"stages": [{stage, verdict, detail}],
+# "failures": N}); the step stages are decided from what the jobs wrote (trainer.gpu.smoke_report),
+# not from their log lines.
+# It runs beside a live `make up-gpu` stack: its own Compose project (rlstack-gpu-smoke), subnet
+# (SMOKE_GPU_SUBNET, 172.29.0.0/24) and trainer address, ports the kernel picks; it refuses up front
+# when those are taken (and the pre-flight fails when the GPUs lack free memory).
 # Needs the Hugging Face Hub for Qwen3-1.7B and the FA3 kernel unless the caches hold them; the
 # caches (the shared hf-cache volume) are kept. Logs: $SMOKE_LOG_DIR (default ./gpu-smoke-logs).
 set -uo pipefail
@@ -12,11 +18,26 @@ source scripts/gpu-preflight.sh
 export BASE_IMAGE=${BASE_IMAGE:-$(scripts/ensure-base-image.sh)}
 logs=${SMOKE_LOG_DIR:-gpu-smoke-logs}
 mkdir -p "$logs"
+project=rlstack-gpu-smoke
+export GPU_SUBNET=${SMOKE_GPU_SUBNET:-172.29.0.0/24}
+export TRAINER_IP=${SMOKE_TRAINER_IP:-${GPU_SUBNET%.*/*}.10}
+export REASONING_GYM_ENV_PORT=0 INFERENCE_PORT=0 OPENCODE_ENV_PORT=0 DASHBOARD_PORT=0
 failures=0
+stages=()
+
+json_string() {
+  local s=${1//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\t'/ }
+  printf '"%s"' "$s"
+}
 
 verdict() {  # STAGE PASS|FAIL|SKIP DETAIL
   printf 'gpu-smoke: %-22s %-4s  %s\n' "$1" "$2" "$3"
   [ "$2" = FAIL ] && failures=$((failures + 1))
+  stages+=("{\"stage\": $(json_string "$1"), \"verdict\": $(json_string "$2"), \"detail\": $(json_string "$3")}")
+  local IFS=,
+  printf '{"stages": [%s], "failures": %d}\n' "${stages[*]}" "$failures" >"$logs/verdicts.json"
   return 0
 }
 
@@ -27,6 +48,27 @@ diagnose() {  # LOG PATTERN HINT
   [ -n "$seen" ] && sed 's/^/gpu-smoke:   log: /' <<<"$seen"
   echo "gpu-smoke:   full log: $1"
 }
+
+facts() {  # OUTPUT_DIR: what the job left there, as key=value lines (trainer.gpu.smoke_report)
+  "${compose[@]}" run --rm --no-deps --entrypoint python3 trainer -m trainer.gpu.smoke_report "$1" 2>/dev/null
+}
+
+fact() {  # FACTS KEY
+  sed -n "s/^$2=//p" <<<"$1"
+}
+
+: >"$logs/verdicts.json"
+running=$(docker ps -q --filter "label=com.docker.compose.project=$project")
+taken=$(docker network ls -q | xargs -r docker network inspect --format \
+  '{{.Name}} {{range .IPAM.Config}}{{.Subnet}} {{end}}' 2>/dev/null | grep -F " $GPU_SUBNET " | grep -v "^${project}_" | cut -d' ' -f1)
+if [ -n "$running" ]; then
+  verdict isolation FAIL "another gpu-smoke runs (docker compose -p $project ps); wait for it or stop it"
+  exit 1
+elif [ -n "$taken" ]; then
+  verdict isolation FAIL "subnet $GPU_SUBNET is taken by network $taken: set SMOKE_GPU_SUBNET to a free /24"
+  exit 1
+fi
+verdict isolation PASS "project $project, subnet $GPU_SUBNET, trainer $TRAINER_IP, host ports picked by the kernel"
 
 if ! gpu_preflight rlstack-gpu-smoke >"$logs/preflight.log" 2>&1; then
   cat "$logs/preflight.log"
@@ -60,37 +102,39 @@ fi
 
 # One large step (learning rate 1e-4), so that the probe sees the weights move and then arrive.
 grpo="python3 -m trainer grpo --config \"\$GRPO_CONFIG\" --set grpo.max_steps=1 --set grpo.learning_rate=1e-4
-  --set eval.before_after=false --set output_dir=/outputs/smoke-grpo"
+  --set grpo.logging_steps=1 --set eval.before_after=false --set output_dir=/outputs/smoke-grpo"
 timeout "${SMOKE_STEP_TIMEOUT_S:-1800}" "${compose[@]}" run --rm --no-deps trainer "$grpo" >"$logs/grpo.log" 2>&1
 grpo_rc=$?
+grpo_facts=$(facts /outputs/smoke-grpo)
 if [ "${#gpu_services[@]}" = 4 ]; then
-  if grep -q "weight sync: NCCL group with the vLLM server" "$logs/grpo.log"; then
+  if [ "$(fact "$grpo_facts" nccl_group)" = formed ]; then
     verdict "NCCL group" PASS "trainer and vLLM joined the weight-sync group"
   else
     verdict "NCCL group" FAIL "the trainer did not join vLLM's NCCL group"
     diagnose "$logs/grpo.log" "NCCL|init_communicator|Connection|timed out" \
-      "vLLM connects back to TRAINER_IP: check NCCL_SOCKET_IFNAME (eth0 in the containers), GPU_SUBNET, and try NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1"
+      "vLLM connects back to TRAINER_IP: check NCCL_SOCKET_IFNAME (eth0 in the containers), SMOKE_GPU_SUBNET, and try NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1"
   fi
 else
-  verdict "NCCL group" SKIP "one GPU: vLLM is colocated in the trainer"
+  verdict "NCCL group" SKIP "one GPU: no separate vLLM server"
 fi
-if [ "$grpo_rc" = 0 ] && grep -q "finished 1 optimizer steps" "$logs/grpo.log"; then
-  verdict "GRPO step" PASS "one optimizer step through reasoning-gym-env ($(grep -m1 -o 'step 1/1.*' "$logs/grpo.log" | cut -c1-120))"
+if [ "$grpo_rc" = 0 ] && [ "$(fact "$grpo_facts" steps)" = 1 ]; then
+  verdict "GRPO step" PASS "one optimizer step through reasoning-gym-env"
 else
-  verdict "GRPO step" FAIL "exit $grpo_rc$([ "$grpo_rc" = 124 ] && echo ' (timed out)')"
+  verdict "GRPO step" FAIL "exit $grpo_rc$([ "$grpo_rc" = 124 ] && echo ' (timed out)'), $(fact "$grpo_facts" steps) steps"
   diagnose "$logs/grpo.log" "Error|error|out of memory|Traceback" \
     "see the log; CUDA out of memory: lower per_device_train_batch_size or GPU_VLLM_EXTRA_ARGS"
 fi
 if [ "${#gpu_services[@]}" = 4 ]; then
-  if grep -q "weights reached vLLM (the final step had moved them" "$logs/grpo.log"; then
-    verdict "weights reached vLLM" PASS "$(grep -m1 -o 'max |vLLM - trainer|.*after' "$logs/grpo.log")"
+  gaps="max |vLLM - trainer| $(fact "$grpo_facts" gap_before) before the final sync, $(fact "$grpo_facts" gap_after) after"
+  if [ "$(fact "$grpo_facts" weights_reached)" = true ]; then
+    verdict "weights reached vLLM" PASS "$gaps"
   else
-    verdict "weights reached vLLM" FAIL "the probe's logprobs on vLLM did not follow the trained weights"
+    verdict "weights reached vLLM" FAIL "the probe's logprobs on vLLM did not follow the trained weights ($gaps)"
     diagnose "$logs/grpo.log" "weight sync: probe|MISMATCH" \
       "a bfloat16 server against the float32 trainer differs by ~0.1 (GPU_INFERENCE_DTYPE=float32), else the sync is broken"
   fi
 else
-  verdict "weights reached vLLM" SKIP "one GPU: colocated vLLM shares the trainer's process"
+  verdict "weights reached vLLM" SKIP "one GPU: no separate vLLM server"
 fi
 
 if [ "$GPU_ASYNC_GRPO" != on ]; then
@@ -100,7 +144,7 @@ else
     --set opencode.num_tasks=8 --set output_dir=/outputs/smoke-async"
   timeout "${SMOKE_STEP_TIMEOUT_S:-1800}" "${compose[@]}" run --rm --no-deps trainer "$async" >"$logs/async-grpo.log" 2>&1
   rc=$?
-  if [ "$rc" = 0 ] && grep -q "finished 1 optimizer steps" "$logs/async-grpo.log"; then
+  if [ "$rc" = 0 ] && [ "$(fact "$(facts /outputs/smoke-async)" steps)" = 1 ]; then
     verdict "AsyncGRPO step" PASS "one optimizer step on OpenCode rollouts"
   else
     verdict "AsyncGRPO step" FAIL "exit $rc$([ "$rc" = 124 ] && echo ' (timed out)')"

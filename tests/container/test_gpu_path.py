@@ -376,3 +376,71 @@ def test_preflight_without_the_nvidia_toolkit_says_so(base_image: str) -> None:
     )
     assert out.returncode == 1
     assert "NVIDIA container toolkit" in out.stdout, out.stdout
+
+
+TWO_H100 = (
+    "0, NVIDIA H100 80GB HBM3, 9.0, 81559, 81000, 580.95.05\n1, NVIDIA H100 80GB HBM3, 9.0, 81559, 81000, 580.95.05\n"
+)
+
+
+def gpu_smoke(base_image: str, tmp_path, subnet: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """`make gpu-smoke` on this GPU-less host, the pre-flight reading a fake two-H100 nvidia-smi."""
+    smi = tmp_path / "nvidia-smi.csv"
+    smi.write_text(TWO_H100)
+    logs = tmp_path / "logs"
+    out = subprocess.run(
+        ["bash", "scripts/gpu-smoke.sh"],
+        cwd=ROOT,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith(("GPU_", "SMOKE_"))},
+            "BASE_IMAGE": base_image,
+            "GPU_PREFLIGHT_NVIDIA_SMI_OUTPUT": str(smi),
+            "SMOKE_LOG_DIR": str(logs),
+            "SMOKE_GPU_SUBNET": subnet,
+            "SMOKE_SERVICES_TIMEOUT_S": "300",
+        },
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    return out, json.loads((logs / "verdicts.json").read_text())["stages"]
+
+
+def test_gpu_smoke_refuses_up_front_when_its_subnet_is_taken(base_image: str, tmp_path) -> None:
+    subnet, network = "172.30.97.0/24", f"rlstack-test-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "network", "create", "--subnet", subnet, network], check=True, capture_output=True)
+    try:
+        out, stages = gpu_smoke(base_image, tmp_path, subnet)
+    finally:
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+    assert out.returncode == 1
+    assert stages == [
+        {
+            "stage": "isolation",
+            "verdict": "FAIL",
+            "detail": f"subnet {subnet} is taken by network {network}: set SMOKE_GPU_SUBNET to a free /24",
+        }
+    ]
+
+
+def test_gpu_smoke_writes_a_verdict_per_stage_and_leaves_nothing_running(
+    gpu_images: dict, base_image: str, tmp_path
+) -> None:
+    """Without a GPU the services stage fails (no NVIDIA runtime for vLLM): the stages before it pass,
+    each verdict is in verdicts.json, and the smoke project is gone afterwards."""
+    out, stages = gpu_smoke(base_image, tmp_path, "172.30.98.0/24")
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert [(s["stage"], s["verdict"]) for s in stages] == [
+        ("isolation", "PASS"),
+        ("pre-flight", "PASS"),
+        ("images", "PASS"),
+        ("services", "FAIL"),
+    ], out.stdout[-3000:]
+    assert stages[0]["detail"].startswith("project rlstack-gpu-smoke, subnet 172.30.98.0/24, trainer 172.30.98.10")
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rlstack-gpu-smoke"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert left == ""

@@ -56,6 +56,7 @@ def test_no_job_imports_another_job(job: str) -> None:
         ("config", "trainer.jobs"),
         ("ops", "trainer.jobs"),
         ("cpu", "trainer.jobs"),
+        ("gpu", "trainer.jobs"),
     ],
 )
 def test_rooms_do_not_reach_into_each_other(room: str, walled_off: str) -> None:

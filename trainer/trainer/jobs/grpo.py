@@ -2,6 +2,7 @@
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from ..evaluation.reasoning_gym import answer_tool, generator_for, held_out_eval
 from ..evaluation.report import before_and_after, log_held_out, write_report
 from ..gpu.device_check import check_training_device
 from ..gpu.nccl_probe import server_weights_probe
+from ..gpu.smoke_report import NCCL_GROUP_FILE
 from ..training.hub import check_hub
 from ..training.outputs import finish, output_dir_of, prepare_output
 from ..training.starting_weights import serve_starting_weights
@@ -209,6 +211,8 @@ def run(config: TrainerConfig) -> dict[str, Any]:
     trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
     if mode == "nccl":
         # TRL's constructor has joined the NCCL group with the vLLM server by now (or raised).
+        group = {"server": args.vllm_server_base_url, "group_port": args.vllm_group_port, "time": time.time()}
+        (output_dir / NCCL_GROUP_FILE).write_text(json.dumps(group))
         print(
             f"weight sync: NCCL group with the vLLM server at {args.vllm_server_base_url} formed "
             f"(group port {args.vllm_group_port})",
@@ -241,6 +245,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
             "held-out evaluation": output_dir / "eval.json" if evaluate else None,
         },
         held_out,
+        {"weights_probe": probe.result if probe is not None else None},
     )
 
 

@@ -39,10 +39,11 @@ def finish(
     title: str,
     outputs: dict[str, Path | None],
     held_out: dict[str, Any] | None = None,
+    facts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Save the final model with ``save_model`` (with its tokenizer), plot the logged rewards (and the
     held-out accuracy before and after training, if evaluated), print and write the summary of the
-    ``steps`` optimizer steps taken."""
+    ``steps`` optimizer steps taken (``facts``: more of the job's own, into summary.json)."""
     final_dir = output_dir / "final"
     save_model(str(final_dir))
     points = None
@@ -70,6 +71,7 @@ def finish(
         "held_out": held_out["modes"] if held_out else None,
         "outputs": {k: str(v) for k, v in outputs.items() if v is not None},
         "text": text,
+        **(facts or {}),
     }
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
