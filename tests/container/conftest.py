@@ -59,6 +59,20 @@ GRPO_TEST_ARGS = [
     "output_dir=/outputs/grpo",
     *CHAIN_SUM_ARGS,
 ]
+
+
+def left_by_project(project: str, kind: str = "ps") -> list[str]:
+    """The containers (``ps``) or volumes (``volume``) Compose project ``project`` left behind."""
+    listing = ["docker", "ps", "-aq"] if kind == "ps" else ["docker", "volume", "ls", "-q"]
+    out = subprocess.run(
+        [*listing, "--filter", f"label=com.docker.compose.project={project}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
 PROGRAMS = Path(__file__).parent / "programs"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.container.conftest import ROOT
+from tests.container.conftest import ROOT, left_by_project
 
 
 def _free_port() -> int:
@@ -163,17 +163,5 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         assert screenshot.stat().st_size > 10_000
     finally:
         subprocess.run([*compose, "down", "-v", "--remove-orphans"], cwd=ROOT, env=env, check=True)
-    left = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rlstack-test-compose"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    volumes = subprocess.run(
-        ["docker", "volume", "ls", "-q", "--filter", "label=com.docker.compose.project=rlstack-test-compose"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert left == ""
-    assert volumes == ""
+    assert left_by_project("rlstack-test-compose") == []
+    assert left_by_project("rlstack-test-compose", "volume") == []

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 import yaml
 
-from tests.container.conftest import PROGRAMS, ROOT
+from tests.container.conftest import PROGRAMS, ROOT, left_by_project
 
 GPU = ["docker", "compose", "-f", "compose.yaml", "-f", "compose.gpu.yaml"]
 ONE_GPU = [*GPU, "-f", "compose.gpu-one.yaml"]
@@ -437,10 +437,4 @@ def test_gpu_smoke_writes_a_verdict_per_stage_and_leaves_nothing_running(
         ("services", "FAIL"),
     ], out.stdout[-3000:]
     assert stages[0]["detail"].startswith("project rlstack-gpu-smoke, subnet 172.30.98.0/24, trainer 172.30.98.10")
-    left = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rlstack-gpu-smoke"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert left == ""
+    assert left_by_project("rlstack-gpu-smoke") == []
