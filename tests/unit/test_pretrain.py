@@ -2,6 +2,9 @@
 skipping every pre-training question."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +24,12 @@ def test_settings_are_typed_and_unknown_keys_refused() -> None:
     assert (settings.questions, settings.learning_rate, settings.base) == (500, 2, "/models/default")
     with pytest.raises(ConfigError, match="unknown key `pretrain.questons`: did you mean `questions`?"):
         pretrain_settings({"questons": 10})
-    with pytest.raises(ConfigError, match="`pretrain.max_steps`: expected int, got str 'many'"):
-        pretrain_settings({"max_steps": "many"})
+    with pytest.raises(ConfigError, match="`pretrain.skill_steps`: expected int, got str 'many'"):
+        pretrain_settings({"skill_steps": "many"})
+    with pytest.raises(ConfigError, match="unknown key `pretrain.skill_loss`"):
+        pretrain_settings({"skill_loss": 0.3})  # a loss threshold's crossing depended on the CPU
+    with pytest.raises(ConfigError, match="`pretrain.threads` must be >= 1"):
+        pretrain_settings({"threads": 0})
     with pytest.raises(ConfigError, match="`pretrain.label_noise` must be < 1.0, got 1.0"):
         pretrain_settings({"label_noise": 1.0})
     with pytest.raises(ConfigError, match="`pretrain.question_loss` must be >= 0"):
@@ -66,3 +73,26 @@ def test_held_out_questions_skip_the_models_pretraining_questions(tmp_path: Path
     assert skipped == 3
     with pytest.raises(ConfigError, match="2 pre-training questions"):
         held_out_questions(settings, 2, seed=1042, count=4, pool=6, excluded=excluded)
+
+
+def test_cpu_numerics_are_pinned_before_torch_loads() -> None:
+    program = (
+        "import json, os, sys\n"
+        "from trainer.cpu.numerics import pin_cpu_numerics\n"
+        "first = pin_cpu_numerics()\n"
+        "sys.modules['torch'] = object()  # as if torch had been imported\n"
+        "second = pin_cpu_numerics()\n"
+        "print(json.dumps([first, second, os.environ['ATEN_CPU_CAPABILITY'], os.environ['MKL_CBWR']]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(out.stdout) == [True, False, "avx2", "AVX2"]
+    assert "could be pinned" in out.stderr
+    exported = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env={**env, "MKL_CBWR": "COMPATIBLE"},
+        check=True,
+    )
+    assert json.loads(exported.stdout)[3] == "COMPATIBLE"  # what the user exported wins

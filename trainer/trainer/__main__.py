@@ -17,9 +17,12 @@ import yaml
 
 from .config import ConfigError, load_config
 from .config.reference import effective, reference
+from .cpu.numerics import pin_cpu_numerics
 from .envs.errors import EnvUnavailable
 
 JOBS = ("grpo", "async-grpo", "eval", "pretrain", "config")
+# Jobs whose figures the README quotes for the CPU path: one arithmetic on every x86-64 CPU.
+PINNED_NUMERICS_JOBS = ("grpo", "eval", "pretrain")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         help="pretrain: do nothing if the model folder already holds what these settings make",
     )
     parser.add_argument(
+        "--cache",
+        type=Path,
+        metavar="DIR",
+        help="pretrain: copy a policy made before from the same inputs from DIR, and keep a new one there",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="grpo/async-grpo: validate the config, build TRL's config objects, print what TRL would "
@@ -65,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.config is None and args.job != "config":
         parser.error(f"{args.job} needs --config FILE")
+    if args.job in PINNED_NUMERICS_JOBS:
+        pin_cpu_numerics()  # before anything imports torch (loading a GRPO config imports TRL)
     try:
         if args.job == "config":
             print(config_text(args.config, args.overrides), flush=True)
@@ -87,10 +98,15 @@ def main(argv: list[str] | None = None) -> int:
 
             if config.job != "grpo":
                 raise ConfigError(f"{args.config} is a {config.job!r} config; pretrain makes a GRPO config's policy")
-            if args.if_missing and pretrain.already_done(config):
-                print(f"trainer: {config.model} already holds this pre-trained policy", flush=True)
+            manifest = pretrain.already_done(config) if args.if_missing else None
+            if manifest is not None:
+                print(
+                    f"trainer: {config.model} already holds this pre-trained policy; "
+                    f"its {pretrain.starting_point(manifest)}",
+                    flush=True,
+                )
             else:
-                pretrain.run(config)
+                pretrain.run(config, args.cache)
             return 0
         if args.job == "grpo":
             from .jobs.grpo import plan, run

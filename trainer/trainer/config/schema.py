@@ -62,6 +62,9 @@ class OpenCodeConfig(Section):
     difficulties: list[int] | None = Field(None, description="only tasks of these difficulties")
     num_tasks: int | None = Field(None, ge=1, description="at most this many tasks")
     wait_timeout_s: float = Field(900.0, gt=0, description="how long to wait for one rollout's result")
+    ready_timeout_s: float = Field(
+        900.0, gt=0, description="how long the job waits at start for inference and opencode-env to answer /health"
+    )
     limits: Limits | None = Field(None, description="per-rollout resource bounds (the service's Limits)")
 
     @field_validator("limits", mode="before")
@@ -150,8 +153,18 @@ class PretrainConfig(Section):
         description="weight of a next-token loss on the questions' own tokens (a dense signal besides the one "
         "answer token; 0: none)",
     )
-    skill_loss: float = Field(0.3, gt=0, description="the skill phase stops below this answer loss")
-    max_steps: int = Field(1600, ge=1, description="most skill steps (an error if skill_loss is not reached)")
+    skill_steps: int = Field(
+        300, ge=1, description="steps of the skill phase (a fixed count: the same policy on every CPU)"
+    )
+    threads: int = Field(
+        2, ge=1, description="torch CPU threads (fixed: a parallel sum's rounding follows its thread count)"
+    )
+    min_accuracy: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="greedy held-out accuracy the policy must reach (else an error and nothing is written)",
+    )
     label_noise: float = Field(0.6, ge=0, lt=1, description="fraction of wrong answers in the noise phase")
     noise_steps: int = Field(100, ge=0, description="steps of the noise phase (makes the policy unsure)")
     noise_learning_rate: float = Field(3e-3, gt=0, description="learning rate of the noise phase")

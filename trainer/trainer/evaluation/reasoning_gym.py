@@ -22,9 +22,10 @@ def answer_tool(settings: ReasoningGymConfig) -> Any:
     return ReasoningGymToolEnv(settings).answer
 
 
-def held_out_set(config: TrainerConfig) -> tuple[list[Question], int]:
+def held_out_set(config: TrainerConfig, pretrained: frozenset[str] | None = None) -> tuple[list[Question], int]:
     """The config's held-out questions and how many candidates were skipped as training questions or
-    as questions the config's model was pre-trained on."""
+    as questions the config's model was pre-trained on (``pretrained``: their digests; default: those
+    its model folder records)."""
     training, ev = config.reasoning_gym, config.eval
     return held_out_questions(
         training,
@@ -32,7 +33,7 @@ def held_out_set(config: TrainerConfig) -> tuple[list[Question], int]:
         ev.seed,
         ev.num_questions,
         ev.pool,
-        pretraining_digests(config.model or ""),
+        pretraining_digests(config.model or "") if pretrained is None else pretrained,
         training_seeds(training, environment_instances(config.training_fields())),
     )
 

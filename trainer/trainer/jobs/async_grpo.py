@@ -16,6 +16,7 @@ from typing import Any
 from ..config import ConfigError, TrainerConfig
 from ..envs.coding_tasks import load_tasks, prompts_dataset
 from ..envs.opencode import RecordingSessionFactory, check_capacity
+from ..envs.readiness import wait_until_healthy
 from ..gpu.device_check import check_training_device
 from ..gpu.token_budget import check_token_budget, served_max_model_len
 from ..training.outputs import finish, output_dir_of, prepare_output
@@ -237,6 +238,9 @@ def run(config: TrainerConfig) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer on CUDA, with AsyncGRPO's CPU loop otherwise (``device:
     auto|cuda|cpu``); writes summary.json."""
     output_dir = prepare_output(config)
+    wait_until_healthy(
+        {"inference": config.inference.url, "opencode-env": config.opencode.env_url}, config.opencode.ready_timeout_s
+    )
     device = config.device
     import torch
 

@@ -2,7 +2,9 @@
 the tool-calling format the GRPO job trains on, to a *partial* skill that GRPO can improve.
 
 ``python -m trainer pretrain --config grpo-cpu.yaml`` writes the config's ``model`` folder from the
-``pretrain`` section, deterministically on one machine (same settings, same packages, same CPU):
+``pretrain`` section. The same settings and packages give the same policy on any x86-64 CPU: fixed
+step counts, fixed threads, torch's deterministic kernels and one pinned float arithmetic
+(``trainer.cpu.numerics``, chosen by ``python -m trainer`` before torch loads).
 
 1. Questions and their correct answers come from the reasoning-gym env service (through its client,
    from ``pretrain.seed``, far from the training and held-out seeds); the questions' sha256 go into
@@ -11,7 +13,7 @@ the tool-calling format the GRPO job trains on, to a *partial* skill that GRPO c
    the prompts, and a small Qwen3 (``base``'s architecture, the section's shape) is initialised for it.
 3. The skill: supervised steps on (prompt, ``answer`` tool call with the correct answer), the loss on
    the completion plus ``question_loss`` times a next-token loss on the prompt's own tokens, until
-   the answer token's loss (moving average) is below ``skill_loss``. The question loss is a dense
+   ``skill_steps`` steps. The question loss is a dense
    signal: with the one answer token alone, whether the attention the answer needs ever formed
    depended on the random start (some starts never left the plateau).
    The prompt's shared head (system prompt and tool schema) runs once per step without gradient,
@@ -19,24 +21,32 @@ the tool-calling format the GRPO job trains on, to a *partial* skill that GRPO c
 4. The partial part: ``noise_steps`` steps on labels of which a share ``label_noise`` is replaced by a
    random answer of the dataset's. The policy keeps the skill (its greedy answer is mostly right)
    but samples the right answer only about half the time at T=1: what the reward can sharpen.
+5. The held-out evaluation of the config (``eval``: greedy and at its temperature) scores the policy;
+   below ``min_accuracy`` greedy it is an error and nothing is written, else the figures go into the
+   manifest, so that every run says what it starts from.
 """
 
+import hashlib
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, PretrainConfig, ReasoningGymConfig, TrainerConfig
-from ..evaluation.generation import messages_for, turn_prefix
+from ..cpu.numerics import PINNED_ENVIRONMENT, deterministic_torch, numerics_in_effect
+from ..evaluation.generation import LocalGenerator, messages_for, turn_prefix
 from ..evaluation.questions import PRETRAINING_MANIFEST as MANIFEST
 from ..evaluation.questions import labelled_questions, question_digest
-from ..evaluation.reasoning_gym import answer_tool
+from ..evaluation.reasoning_gym import answer_tool, held_out_evaluation, held_out_set
+from ..training.folder_cache import cache_key, restore, store
 
 log = logging.getLogger(__name__)
-VERSION = "2"
+VERSION = "3"
 
 
 def completion_text(answer: str) -> str:
@@ -57,26 +67,30 @@ def _recipe(settings: PretrainConfig, rg: ReasoningGymConfig) -> dict[str, Any]:
     }
 
 
-def already_done(config: TrainerConfig) -> bool:
-    """Whether the config's model folder holds what ``run`` would write."""
+def already_done(config: TrainerConfig) -> dict[str, Any] | None:
+    """The manifest of the config's model folder if it holds what ``run`` would write, else None."""
     path = Path(config.require_model()) / MANIFEST
     try:
-        recorded = json.loads(path.read_text())["recipe"]
+        manifest = json.loads(path.read_text())
+        recorded = manifest["recipe"]
     except (OSError, ValueError, KeyError):
-        return False
-    return recorded == json.loads(json.dumps(_recipe(config.pretrain, config.reasoning_gym)))
+        return None
+    return manifest if recorded == json.loads(json.dumps(_recipe(config.pretrain, config.reasoning_gym))) else None
 
 
-def run(config: TrainerConfig) -> dict[str, Any]:
-    """Pre-train and write the config's ``model`` folder; returns the manifest."""
-    import torch
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
+def starting_point(manifest: dict[str, Any]) -> str:
+    """The manifest's held-out accuracy in one line: what a run from this policy starts from."""
+    held_out = manifest["held_out"]
+    figures = ", ".join(f"{mode} {100 * accuracy:.1f}%" for mode, accuracy in held_out["accuracy"].items())
+    return f"held-out accuracy ({held_out['questions']} questions of seed {held_out['seed']}): {figures}"
 
+
+def run(config: TrainerConfig, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Pre-train and write the config's ``model`` folder; returns the manifest. With ``cache_dir``,
+    a policy made before from the same inputs (settings, questions, base, packages, arithmetic) is
+    copied from there instead, and a new one is kept there."""
     settings, rg = config.pretrain, config.reasoning_gym
-    prompt = turn_prefix(rg)
     out = Path(config.require_model())
-    began = time.monotonic()
-    torch.manual_seed(settings.init_seed)
     log.info(
         "pretrain: fetching %d %s questions (seed %d) from %s",
         settings.questions,
@@ -85,6 +99,49 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         rg.env_url,
     )
     examples = labelled_questions(rg, settings.seed, settings.questions)
+    key = cache_key(_cache_inputs(config, examples))
+    if cache_dir is not None and restore(cache_dir, key, out, MANIFEST):
+        manifest = json.loads((out / MANIFEST).read_text())
+        log.info("pretrain: copied the policy made from these inputs before (%s)", cache_dir / key)
+        log.info("pretrain: the policy's %s", starting_point(manifest))
+        return manifest
+    manifest = _pretrain(config, examples, out)
+    if cache_dir is not None:
+        store(cache_dir, key, out)
+    return manifest
+
+
+def _cache_inputs(config: TrainerConfig, examples: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """Everything the policy depends on besides the code: what ``cache_key`` digests."""
+    settings = config.pretrain
+    base = Path(settings.base)
+    return {
+        "recipe": _recipe(settings, config.reasoning_gym),
+        "reasoning_gym": config.reasoning_gym.model_dump(),  # the held-out set the manifest's figures are on
+        "eval": config.eval.model_dump(),
+        "examples": hashlib.sha256(json.dumps(list(examples)).encode()).hexdigest(),
+        "base": {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(base.iterdir())
+            if p.is_file() and p.suffix in (".json", ".jinja", ".txt")
+        }
+        if base.is_dir()
+        else settings.base,
+        "packages": {name: metadata.version(name) for name in ("torch", "transformers", "tokenizers", "trl")},
+        "numerics": {name: os.environ.get(name) for name in PINNED_ENVIRONMENT},
+    }
+
+
+def _pretrain(config: TrainerConfig, examples: Sequence[tuple[str, str]], out: Path) -> dict[str, Any]:
+    """The pre-training itself (steps 2-5 of the module's docstring); writes ``out``."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
+
+    settings, rg = config.pretrain, config.reasoning_gym
+    prompt = turn_prefix(rg)
+    began = time.monotonic()
+    deterministic_torch(settings.threads)
+    torch.manual_seed(settings.init_seed)
     base = AutoTokenizer.from_pretrained(settings.base)
     tool = answer_tool(rg)
 
@@ -128,27 +185,25 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         for _, a in examples
     ]
     trainer = _SharedHeadTrainer(model, prompts, model_config.pad_token_id, settings, rng)
-    skill_steps, skill_loss = trainer.train(
-        clean, settings.max_steps, settings.learning_rate, stop_below=settings.skill_loss, phase="skill"
-    )
-    if skill_loss >= settings.skill_loss:
+    skill_loss = trainer.train(clean, settings.skill_steps, settings.learning_rate, phase="skill")
+    noise_loss = trainer.train(noisy, settings.noise_steps, settings.noise_learning_rate, phase="partial")
+    held_out = _held_out_accuracy(config, model, tokenizer, {question_digest(q) for q, _ in examples})
+    if held_out["accuracy"]["greedy"] < settings.min_accuracy:
         raise ConfigError(
-            f"pretrain: the answer loss is {skill_loss:.3f} after pretrain.max_steps={settings.max_steps} "
-            f"steps, above pretrain.skill_loss={settings.skill_loss}: the policy did not learn the task; "
-            "raise pretrain.max_steps or pretrain.learning_rate"
+            f"pretrain: greedy held-out accuracy {100 * held_out['accuracy']['greedy']:.1f}% after "
+            f"{settings.skill_steps} skill steps is below pretrain.min_accuracy={settings.min_accuracy}: the policy "
+            "did not learn the task; raise pretrain.skill_steps or pretrain.learning_rate"
         )
-    _, noise_loss = trainer.train(
-        noisy, settings.noise_steps, settings.noise_learning_rate, stop_below=None, phase="partial"
-    )
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     model.save_pretrained(out, safe_serialization=True)
     manifest = {
         "recipe": _recipe(settings, rg),
-        "skill_steps": skill_steps,
+        "held_out": held_out,
         "skill_answer_loss": skill_loss,
         "partial_answer_loss": noise_loss,
+        "numerics": numerics_in_effect(),
         "answers": answers,
         "seconds": round(time.monotonic() - began, 1),
         "question_sha256": sorted({question_digest(q) for q, _ in examples}),
@@ -157,14 +212,30 @@ def run(config: TrainerConfig) -> dict[str, Any]:
     for path in out.iterdir():
         path.chmod(0o644)  # read by the trainer and inference containers under other uids
     log.info(
-        "pretrain: wrote %s in %.0f s (skill after %d steps, answer loss %.3f; partial: answer loss %.3f)",
+        "pretrain: wrote %s in %.0f s (answer loss: %.3f after the skill, %.3f after the partial part)",
         out,
         manifest["seconds"],
-        skill_steps,
         skill_loss,
         noise_loss,
     )
+    log.info("pretrain: the policy's %s", starting_point(manifest))
     return manifest
+
+
+def _held_out_accuracy(config: TrainerConfig, model: Any, tokenizer: Any, pretrained: set[str]) -> dict[str, Any]:
+    """The config's held-out evaluation of ``model``, greedy and at ``eval.temperature``, skipping
+    the pre-training questions (``pretrained``: their digests)."""
+    greedy_too = config.model_copy(update={"eval": config.eval.model_copy(update={"greedy": True})})
+    rg, ev = config.reasoning_gym, config.eval
+    template = dict(config.training_fields().get("chat_template_kwargs") or {})
+    generate = LocalGenerator(model, tokenizer, turn_prefix(rg), [answer_tool(rg)], ev.max_new_tokens, template)
+    questions = held_out_set(greedy_too, frozenset(pretrained))
+    report = held_out_evaluation(greedy_too, generate, "pre-trained", questions)
+    return {
+        "seed": ev.seed,
+        "questions": len(questions[0]),
+        "accuracy": {mode: m["summary"]["accuracy"] for mode, m in report["modes"].items()},
+    }
 
 
 class _SharedHeadTrainer:
@@ -186,11 +257,8 @@ class _SharedHeadTrainer:
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
         self.step = 0
 
-    def train(
-        self, completions: Sequence[list[int]], steps: int, learning_rate: float, stop_below: float | None, phase: str
-    ) -> tuple[int, float]:
-        """Up to ``steps`` steps (fewer once the answer loss's moving average is below ``stop_below``);
-        returns (steps run, that moving average)."""
+    def train(self, completions: Sequence[list[int]], steps: int, learning_rate: float, phase: str) -> float:
+        """``steps`` steps; returns the answer token's loss (moving average) at the end."""
         import torch
 
         answer_at = _answer_position(completions)
@@ -217,9 +285,7 @@ class _SharedHeadTrainer:
                     average,
                     time.monotonic() - began,
                 )
-            if stop_below is not None and average < stop_below:
-                return step, average
-        return steps, average
+        return average
 
     def loss(self, rows: list[tuple[list[int], list[int]]], answer_at: int) -> tuple[Any, float]:
         """The training loss of (prompt tail, completion) rows: the mean next-token loss on the
