@@ -10,10 +10,6 @@ BASE = BASE_IMAGE="$$(scripts/ensure-base-image.sh)"
 
 GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml
 
-# Long-running services; `trainer` runs the job once they answer and `policy-init` (pre-training the
-# CPU job's policy, started with them) has finished.
-SERVICES = reasoning-gym-env inference opencode-env dashboard
-
 .PHONY: help preflight up up-gpu urls down logs build build-gpu wheelhouse base-images venv lint format test test-unit test-container test-swarm bench lock gpu-smoke gpu-preflight swarm-up swarm-down
 
 help: ## list targets
@@ -23,16 +19,7 @@ preflight: ## check (as root: provision) what make up needs: Docker engine, Comp
 	@PURPOSE=$(or $(PURPOSE),up) scripts/preflight.sh
 
 up: preflight wheelhouse ## build what is missing, start the stack, run the default training job (the stack stays up)
-	$(BASE) docker compose up --build --detach --wait $(SERVICES) policy-init
-	@$(MAKE) --no-print-directory urls
-	@echo "policy-init: pre-training the CPU job's policy (once; docker compose logs -f policy-init)"
-	@docker compose wait policy-init >/dev/null || { docker compose logs --no-log-prefix --tail 20 policy-init; \
-	  echo "policy-init failed: docker compose logs policy-init"; exit 1; }
-	$(BASE) docker compose up --build --no-deps --no-log-prefix trainer
-	@code=$$(docker compose ps --all --format '{{.ExitCode}}' trainer); [ "$$code" = 0 ] \
-	  || { echo "training job failed (exit $$code): docker compose logs trainer"; exit 1; }
-	@echo "outputs: docker compose cp trainer:/outputs ./outputs   (or the rlstack_outputs volume)"
-	@echo "dashboard: http://127.0.0.1:$${DASHBOARD_PORT:-7860}/"
+	$(BASE) scripts/up.sh
 
 up-gpu: preflight ## the same on an NVIDIA GPU host: pre-flight, then vLLM + Qwen3-1.7B (two GPUs: NCCL sync; one: colocated)
 	$(BASE) scripts/up-gpu.sh

@@ -1,4 +1,4 @@
-"""`docker compose up --wait` brings the stack's services up healthy and `down -v` removes them."""
+"""`make up` (scripts/up.sh) brings the stack up, runs the default job, and `down -v` removes it."""
 
 import json
 import os
@@ -18,7 +18,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-SERVICES = ["reasoning-gym-env", "inference", "opencode-env", "dashboard"]
 E2E_STEPS = 6
 E2E_ASYNC_STEPS = 2
 
@@ -43,8 +42,9 @@ def dashboard_page(url: str, screenshot: Path) -> str:
 
 
 def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tmp_path: Path) -> None:
-    """The CPU stack comes up health-gated, the default job runs to the end with its outputs, an env
-    restart mid-run does not kill it, the dashboard shows the run, and `down -v` leaves nothing."""
+    """The CPU stack comes up (GRPO first, the services it does not need while it trains), the default
+    job runs to the end with its outputs, an env restart mid-run does not kill it, the services are
+    healthy, the dashboard shows the run, and `down -v` leaves nothing."""
     ports = {
         name: _free_port()
         for name in ("REASONING_GYM_ENV_PORT", "INFERENCE_PORT", "OPENCODE_ENV_PORT", "DASHBOARD_PORT")
@@ -58,29 +58,12 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
         **{k: str(v) for k, v in ports.items()},
     }
     compose = ["docker", "compose"]
+    cache = tmp_path / "policy-cache"
+    env["POLICY_CACHE_DIR"] = str(cache)
     try:
-        subprocess.run(
-            [*compose, "up", "--build", "--wait", "--wait-timeout", "600", *SERVICES, "policy-init"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-        )
-        health = httpx.get(f"http://127.0.0.1:{ports['REASONING_GYM_ENV_PORT']}/health", timeout=5).json()
-        assert health["status"] == "healthy"
-        assert health["max_sessions"] == 64
-        inference = f"http://127.0.0.1:{ports['INFERENCE_PORT']}"
-        assert [m["id"] for m in httpx.get(f"{inference}/v1/models", timeout=5).json()["data"]] == [
-            "rlstack/tiny-qwen3"
-        ]
-        opencode = httpx.get(f"http://127.0.0.1:{ports['OPENCODE_ENV_PORT']}/health", timeout=5).json()
-        assert opencode["network_isolation"] is True
-        assert opencode["inference_url"] == "http://inference:8000"
-
-        # As `make up`: the policy is pre-trained while the services start; the services were just
-        # health-checked, so the job starts without touching them.
-        subprocess.run([*compose, "wait", "policy-init"], cwd=ROOT, env=env, check=True, timeout=600)
+        # `make up`'s own script: GRPO starts once the policy is ready, while inference compiles.
         job = subprocess.Popen(
-            [*compose, "up", "--no-deps", "--no-log-prefix", "trainer"],
+            ["bash", "scripts/up.sh"],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -95,16 +78,22 @@ def test_one_command_runs_the_whole_loop(trainer_image: str, base_image: str, tm
                 restarted = True
         job.wait(timeout=60)
         text = "".join(log)
-        code = subprocess.run(
-            [*compose, "ps", "--all", "--format", "{{.ExitCode}}", "trainer"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        assert code == "0", text[-5000:]
+        assert job.returncode == 0, text[-5000:]
         assert restarted
+        assert re.search(r"make up: policy ready; the job starts .*\(\d+ s\)", text)
+        assert re.search(r"held-out accuracy \(200 questions of seed 1042\): T=1\.0 [\d.]+%, greedy [\d.]+%", text)
+        assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 1  # the policy, kept for next time
+
+        health = httpx.get(f"http://127.0.0.1:{ports['REASONING_GYM_ENV_PORT']}/health", timeout=5).json()
+        assert health["status"] == "healthy"
+        assert health["max_sessions"] == 64
+        inference = f"http://127.0.0.1:{ports['INFERENCE_PORT']}"
+        assert [m["id"] for m in httpx.get(f"{inference}/v1/models", timeout=5).json()["data"]] == [
+            "rlstack/tiny-qwen3"
+        ]
+        opencode = httpx.get(f"http://127.0.0.1:{ports['OPENCODE_ENV_PORT']}/health", timeout=5).json()
+        assert opencode["network_isolation"] is True
+        assert opencode["inference_url"] == "http://inference:8000"
         assert f"[grpo] step {E2E_STEPS}/{E2E_STEPS} | reward" in text
         assert f"[async-grpo] step {E2E_ASYNC_STEPS}/{E2E_ASYNC_STEPS} | reward" in text  # AsyncGRPO beside it
         # Both closing texts again at the end, GRPO's (with the held-out accuracy) last.
