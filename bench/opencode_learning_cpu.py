@@ -29,11 +29,13 @@ def compose(*args: str, capture: bool = False) -> str:
     result = subprocess.run(
         ["docker", "compose", "-p", PROJECT, *args],
         cwd=ROOT,
-        check=True,
         text=True,
         capture_output=capture,
         env={**os.environ},
     )
+    if result.returncode != 0:
+        tail = (result.stdout + result.stderr)[-4000:] if capture else ""
+        raise SystemExit(f"docker compose {' '.join(args)[:200]} failed (exit {result.returncode}):\n{tail}")
     return result.stdout if capture else ""
 
 

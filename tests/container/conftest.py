@@ -62,8 +62,13 @@ GRPO_TEST_ARGS = [
 
 
 def left_by_project(project: str, kind: str = "ps") -> list[str]:
-    """The containers (``ps``) or volumes (``volume``) Compose project ``project`` left behind."""
-    listing = ["docker", "ps", "-aq"] if kind == "ps" else ["docker", "volume", "ls", "-q"]
+    """The containers (``ps``) or volumes (``volume``) Compose project ``project`` left behind.
+
+    A container counts when Compose made it (its config-hash label): an image Compose built carries the
+    project label too, so any container run from that image by other means would match the project alone."""
+    listing = ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.config-hash"]
+    if kind != "ps":
+        listing = ["docker", "volume", "ls", "-q"]
     out = subprocess.run(
         [*listing, "--filter", f"label=com.docker.compose.project={project}"],
         capture_output=True,

@@ -255,10 +255,12 @@ def test_push_to_hub_fails_at_start_in_one_line_without_the_hub(
     trainer_image, models_volume, network, gym_env, outputs
 ):
     """No Hugging Face Hub here: the walkthrough's push is refused before the model loads, not after training."""
+    online = ("-e", "HF_HUB_OFFLINE=0")  # the CPU image is offline by default (its own case first)
     for extra, message in (
-        ((), "grpo.push_to_hub needs a Hugging Face token with write access: set HF_TOKEN"),
+        ((), "grpo.push_to_hub is set but HF_HUB_OFFLINE is on: unset one of them"),
+        (online, "grpo.push_to_hub needs a Hugging Face token with write access: set HF_TOKEN"),
         (
-            ("-e", "HF_TOKEN=hf_test", "-e", "HF_ENDPOINT=http://127.0.0.1:9"),
+            (*online, "-e", "HF_TOKEN=hf_test", "-e", "HF_ENDPOINT=http://127.0.0.1:9"),
             "grpo.push_to_hub: the Hugging Face Hub at http://127.0.0.1:9 does not answer",
         ),
     ):
@@ -413,6 +415,11 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
             "async-grpo-cpu.yaml",
             "--set",
             "async_grpo.max_steps=3",
+            # Groups of 4: this test is about the loop's mechanics, not the default's learning.
+            "--set",
+            "async_grpo.num_generations=4",
+            "--set",
+            "async_grpo.per_device_train_batch_size=4",
             "--set",
             "opencode.env_url=http://agent-opencode:8000",
             "--set",
