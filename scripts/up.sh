@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 started=$(date +%s)
 phase() { echo "make up: $1 ($(( $(date +%s) - started )) s)"; }
 # Compose reads .env itself; this script needs one value of it before Compose runs.
-cache_dir=$(sed -n 's/^POLICY_CACHE_DIR=//p' .env 2>/dev/null | tail -1)
+cache_dir=
+[ -f .env ] && cache_dir=$(sed -n 's/^POLICY_CACHE_DIR=//p' .env | tail -1)
 cache_dir=${POLICY_CACHE_DIR:-${cache_dir:-./.cache/policies}}
 # The trainer runs as an unprivileged uid: the folder must be writable by it.
 install -d -m 1777 "$cache_dir"

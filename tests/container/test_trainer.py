@@ -415,11 +415,6 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
             "async-grpo-cpu.yaml",
             "--set",
             "async_grpo.max_steps=3",
-            # Groups of 4: this test is about the loop's mechanics, not the default's learning.
-            "--set",
-            "async_grpo.num_generations=4",
-            "--set",
-            "async_grpo.per_device_train_batch_size=4",
             "--set",
             "opencode.env_url=http://agent-opencode:8000",
             "--set",
