@@ -493,7 +493,16 @@ PRETRAIN_QUICK = [
     "pretrain.warmup_steps=1",
     "--set",
     "pretrain.noise_steps=2",
+    "--set",
+    "eval.num_questions=20",
 ]
+
+
+def quick_pretraining(model: str, *settings: str) -> list[str]:
+    """``python -m trainer`` arguments of a small pre-training of grpo-cpu.yaml into ``model``, with
+    ``settings`` (KEY=VALUE) on top."""
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    return ["pretrain", "--config", "grpo-cpu.yaml", "--set", f"model={model}", *PRETRAIN_QUICK, *sets]
 
 
 def test_async_grpo_scores_the_shared_prefix_once_with_the_same_logprobs_and_gradients(trainer_image, models_volume):
@@ -515,22 +524,9 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
     trainer_image, models_volume, network, gym_env, outputs
 ):
     # Pre-trained on the held-out seed's first 64 questions: the evaluation must skip every one.
-    quick = [
-        "pretrain",
-        "--config",
-        "grpo-cpu.yaml",
-        "--set",
-        "model=/models/pretrained",
-        "--set",
-        "pretrain.seed=1042",
-        *PRETRAIN_QUICK,
-        "--set",
-        "pretrain.skill_steps=1",
-        "--set",
-        "pretrain.min_accuracy=0",
-        "--set",
-        "eval.num_questions=20",
-    ]
+    quick = quick_pretraining(
+        "/models/pretrained", "pretrain.seed=1042", "pretrain.skill_steps=1", "pretrain.min_accuracy=0"
+    )
     log = run_trainer(trainer_image, network, outputs, *quick, volumes={models_volume: "/models"})
     assert "pretrain: wrote /models/pretrained" in log
     manifest = json.loads(
@@ -587,16 +583,7 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
         trainer_image,
         network,
         outputs,
-        "pretrain",
-        "--config",
-        "grpo-cpu.yaml",
-        "--set",
-        "model=/models/unlearned",
-        *PRETRAIN_QUICK,
-        "--set",
-        "pretrain.skill_steps=2",
-        "--set",
-        "eval.num_questions=20",
+        *quick_pretraining("/models/unlearned", "pretrain.skill_steps=2"),
         volumes={models_volume: "/models"},
         exit_code=2,
     )
@@ -621,18 +608,7 @@ def test_pretraining_gives_the_same_weights_on_one_core_and_on_two(
             trainer_image,
             network,
             outputs,
-            "pretrain",
-            "--config",
-            "grpo-cpu.yaml",
-            "--set",
-            f"model=/models/{name}",
-            *PRETRAIN_QUICK,
-            "--set",
-            "pretrain.skill_steps=20",
-            "--set",
-            "pretrain.min_accuracy=0",
-            "--set",
-            "eval.num_questions=20",
+            *quick_pretraining(f"/models/{name}", "pretrain.skill_steps=20", "pretrain.min_accuracy=0"),
             volumes={models_volume: "/models"},
             docker_args=["--cpuset-cpus", cpus],
         )
