@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import ConfigError, ReasoningGymConfig, TrainerConfig
 from ..envs.reasoning_gym import ReasoningGymToolEnv, environment_instances, training_seeds
-from .generation import turn_prefix
+from .generation import LocalGenerator, turn_prefix
 from .questions import Generate, Question, held_out_questions, pretraining_digests, score_answers
 from .statistics import summary_of
 
@@ -71,6 +71,15 @@ def held_out_evaluation(
     return report
 
 
+def local_generator(config: TrainerConfig, model: Any, tokenizer: Any) -> Generate:
+    """``model`` answering in this process, in the training format (prompt, tool, chat template settings)."""
+    template = dict(config.training_fields().get("chat_template_kwargs") or {})
+    training = config.reasoning_gym
+    return LocalGenerator(
+        model, tokenizer, turn_prefix(training), [answer_tool(training)], config.eval.max_new_tokens, template
+    )
+
+
 def generator_for(config: TrainerConfig, model_path: str | None, mode: str) -> Generate:
     """The generator ``eval.generate`` names, for ``model_path`` (default: the config's model)."""
     training, ev = config.reasoning_gym, config.eval
@@ -92,8 +101,6 @@ def generator_for(config: TrainerConfig, model_path: str | None, mode: str) -> G
         )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .generation import LocalGenerator
-
     path = model_path or config.require_model()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -103,4 +110,4 @@ def generator_for(config: TrainerConfig, model_path: str | None, mode: str) -> G
             f"cannot load model {path!r} (a local folder, a checkpoint, final/, or a Hub id): "
             f"{str(exc).splitlines()[0]}"
         ) from None
-    return LocalGenerator(model, tokenizer, prompt, [answer_tool(training)], ev.max_new_tokens, template)
+    return local_generator(config, model, tokenizer)

@@ -9,8 +9,7 @@ from typing import Any
 from ..config import ConfigError, TrainerConfig
 from ..cpu.checkpoint_sync import checkpoint_sync
 from ..envs.reasoning_gym import ReasoningGymToolEnv, environment_factory, environment_instances
-from ..evaluation.generation import LocalGenerator, turn_prefix
-from ..evaluation.reasoning_gym import answer_tool, generator_for, held_out_evaluation, held_out_set
+from ..evaluation.reasoning_gym import generator_for, held_out_evaluation, held_out_set, local_generator
 from ..evaluation.report import before_and_after, log_held_out, write_report
 from ..gpu.device_check import check_training_device
 from ..gpu.nccl_probe import server_weights_probe
@@ -220,7 +219,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         )
     if probe is not None:
         probe.trainer = trainer
-    evaluate = held_out_evaluator(config, trainer.model, tokenizer, turn_prefix(settings))
+    evaluate = held_out_evaluator(config, trainer.model, tokenizer)
     if evaluate and config.eval.generate == "inference":
         serve_starting_weights(mode, trainer, sync)
     before = evaluate("before") if evaluate else None
@@ -249,7 +248,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
     )
 
 
-def held_out_evaluator(config: TrainerConfig, model: Any, tokenizer: Any, prompt: str) -> Any | None:
+def held_out_evaluator(config: TrainerConfig, model: Any, tokenizer: Any) -> Any | None:
     """``label -> report`` evaluating the model being trained on the held-out questions (None when
     ``eval.before_after`` is off): in this process, or with ``eval.generate: inference`` on the
     inference service, whose weights follow the trained model (vLLM server mode)."""
@@ -259,9 +258,6 @@ def held_out_evaluator(config: TrainerConfig, model: Any, tokenizer: Any, prompt
     if ev.generate == "inference":
         generate = generator_for(config, None, "inference")
     else:
-        template = dict(config.training_fields().get("chat_template_kwargs") or {})
-        generate = LocalGenerator(
-            model, tokenizer, prompt, [answer_tool(config.reasoning_gym)], ev.max_new_tokens, template
-        )
+        generate = local_generator(config, model, tokenizer)
     questions = held_out_set(config)  # once: before and after answer the same questions
     return lambda label: held_out_evaluation(config, generate, label, questions)

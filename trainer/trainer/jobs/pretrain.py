@@ -39,10 +39,10 @@ from typing import Any
 
 from ..config import ConfigError, PretrainConfig, ReasoningGymConfig, TrainerConfig
 from ..cpu.numerics import PINNED_ENVIRONMENT, deterministic_torch, numerics_in_effect
-from ..evaluation.generation import LocalGenerator, messages_for, turn_prefix
+from ..evaluation.generation import messages_for, turn_prefix
 from ..evaluation.questions import PRETRAINING_MANIFEST as MANIFEST
 from ..evaluation.questions import labelled_questions, question_digest
-from ..evaluation.reasoning_gym import answer_tool, held_out_evaluation, held_out_set
+from ..evaluation.reasoning_gym import answer_tool, held_out_evaluation, held_out_set, local_generator
 from ..training.folder_cache import cache_key, restore, store
 
 log = logging.getLogger(__name__)
@@ -226,13 +226,10 @@ def _held_out_accuracy(config: TrainerConfig, model: Any, tokenizer: Any, pretra
     """The config's held-out evaluation of ``model``, greedy and at ``eval.temperature``, skipping
     the pre-training questions (``pretrained``: their digests)."""
     greedy_too = config.model_copy(update={"eval": config.eval.model_copy(update={"greedy": True})})
-    rg, ev = config.reasoning_gym, config.eval
-    template = dict(config.training_fields().get("chat_template_kwargs") or {})
-    generate = LocalGenerator(model, tokenizer, turn_prefix(rg), [answer_tool(rg)], ev.max_new_tokens, template)
     questions = held_out_set(greedy_too, frozenset(pretrained))
-    report = held_out_evaluation(greedy_too, generate, "pre-trained", questions)
+    report = held_out_evaluation(greedy_too, local_generator(config, model, tokenizer), "pre-trained", questions)
     return {
-        "seed": ev.seed,
+        "seed": config.eval.seed,
         "questions": len(questions[0]),
         "accuracy": {mode: m["summary"]["accuracy"] for mode, m in report["modes"].items()},
     }
