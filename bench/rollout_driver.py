@@ -2,7 +2,7 @@
 line per rollout and a summary. Used by the Swarm test and ``bench/scale_out.py`` (run in the
 trainer image, which has the clients: ``python3 rollout_driver.py --env-url http://opencode-env:8000``).
 
-Each rollout goes through ``OpenCodeSessionFactory`` exactly as training does (a replica chosen by
+Each rollout goes through ``OpenCodeServiceSessionFactory`` exactly as training does (a replica chosen by
 free slots, every call pinned to it); a rollout is ``scored`` (its reward, 0 included) or an
 ``infra_failure`` (its replica failed or vanished: no reward). The summary counts both per replica
 and reads each replica's own ``/health`` totals (``rollouts_total``) by address.
@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from opencode_env_client import OpenCodeEnvError, OpenCodeSessionFactory, RolloutNotScorable
+from opencode_env_client import OpenCodeEnvError, OpenCodeServiceSessionFactory, RolloutNotScorable
 
 TASK = {
     "task_id": "reverse-line",
@@ -24,7 +24,7 @@ TASK = {
 }
 
 
-def one_rollout(factory: OpenCodeSessionFactory, index: int) -> dict[str, Any]:
+def one_rollout(factory: OpenCodeServiceSessionFactory, index: int) -> dict[str, Any]:
     """Start, wait for, verify and close one rollout; what happened to it."""
     began = time.monotonic()
     record: dict[str, Any] = {"rollout": index}
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--wait-timeout-s", type=float, default=300.0)
     args = parser.parse_args()
-    factory = OpenCodeSessionFactory(args.env_url, [TASK], wait_timeout_s=args.wait_timeout_s, request_timeout_s=20)
+    factory = OpenCodeServiceSessionFactory(args.env_url, [TASK], wait_timeout_s=args.wait_timeout_s, request_timeout_s=20)
     began = time.monotonic()
     with ThreadPoolExecutor(args.concurrency) as pool:
         records = list(pool.map(lambda i: one_rollout(factory, i), range(args.rollouts)))

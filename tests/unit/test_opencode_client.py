@@ -8,7 +8,7 @@ import pytest
 from opencode_env_client import (
     OpenCodeEnvClient,
     OpenCodeEnvError,
-    OpenCodeSessionFactory,
+    OpenCodeServiceSessionFactory,
     ReplicaPool,
     RolloutNotScorable,
     ServiceBusyError,
@@ -103,8 +103,8 @@ def health(active: int, max_rollouts: int = 4, total: int = 0, replica: str = "a
     )
 
 
-def factory_with(service: FakeService, **kwargs) -> OpenCodeSessionFactory:
-    factory = OpenCodeSessionFactory("http://opencode-env:8000", [TASK], sampling={"temperature": 0.7}, **kwargs)
+def factory_with(service: FakeService, **kwargs) -> OpenCodeServiceSessionFactory:
+    factory = OpenCodeServiceSessionFactory("http://opencode-env:8000", [TASK], sampling={"temperature": 0.7}, **kwargs)
     factory._replicas = ReplicaPool(
         factory.base_url, poll_s=0.01, resolve=lambda host, port: [], transport=httpx.MockTransport(service)
     )

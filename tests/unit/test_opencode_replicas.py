@@ -5,7 +5,7 @@ import time
 
 import httpx
 import pytest
-from opencode_env_client import OpenCodeEnvError, OpenCodeSessionFactory, ReplicaPool, ServiceBusyError
+from opencode_env_client import OpenCodeEnvError, OpenCodeServiceSessionFactory, ReplicaPool, ServiceBusyError
 from opencode_env_client.models import CreatedRollout, RolloutSummary, Verification
 
 from .test_opencode_client import TASK, health
@@ -78,7 +78,7 @@ def pool_of(
 
 def test_rollouts_spread_by_free_slots_and_every_call_stays_on_its_replica() -> None:
     replicas = Replicas("10.0.0.2", "10.0.0.3")
-    factory = OpenCodeSessionFactory("http://opencode-env:8000", [TASK])
+    factory = OpenCodeServiceSessionFactory("http://opencode-env:8000", [TASK])
     factory._replicas = pool_of(replicas, {"tasks.opencode-env": ["10.0.0.2", "10.0.0.3"]})
     sessions = [factory.create(TASK) for _ in range(4)]
     assert replicas.started == {"10.0.0.2": 2, "10.0.0.3": 2}

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from opencode_env_client import OpenCodeSessionFactory, ReplicaPool
+from opencode_env_client import OpenCodeServiceSessionFactory, ReplicaPool
 
 from ..config import ConfigError
 from .errors import EnvUnavailable
@@ -15,7 +15,7 @@ from .errors import EnvUnavailable
 log = logging.getLogger(__name__)
 
 
-class RecordingSessionFactory(OpenCodeSessionFactory):
+class RecordingSessionFactory(OpenCodeServiceSessionFactory):
     """The OpenCode session factory, also appending each rollout it starts to ``sessions.jsonl`` (with the
     replica that runs it: its trace is read from there)."""
 

@@ -10,8 +10,8 @@ _LAZY = {
     "OpenCodeEnvClient": "client",
     "OpenCodeEnvError": "client",
     "ServiceBusyError": "client",
-    "OpenCodeSession": "harness",
-    "OpenCodeSessionFactory": "harness",
+    "OpenCodeServiceSession": "harness",
+    "OpenCodeServiceSessionFactory": "harness",
     "RolloutNotScorable": "harness",
     "ReplicaPool": "replicas",
 }

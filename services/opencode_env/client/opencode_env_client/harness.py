@@ -1,9 +1,9 @@
 """OpenEnv harness sessions over the OpenCode environment's HTTP API (TRL 1.16's loop-owning mode).
 
-``OpenCodeSessionFactory`` is what TRL's ``HarnessRolloutWorker`` calls ``create(prompt, seed,
+``OpenCodeServiceSessionFactory`` is what TRL's ``HarnessRolloutWorker`` calls ``create(prompt, seed,
 episode_id)`` on: it finds the task the prompt came from (held-out tests included), starts a
 rollout with the trainer's sampling policy forced on every model call, and returns an
-``OpenCodeSession`` that TRL waits on, reads the engine-exact ``TrainingTrace`` from, verifies and
+``OpenCodeServiceSession`` that TRL waits on, reads the engine-exact ``TrainingTrace`` from, verifies and
 closes. The factory is picklable (TRL spawns its rollout worker); its HTTP client is made lazily in
 the process that uses it.
 """
@@ -44,7 +44,7 @@ def task_instruction(task: Any) -> str:
     return str(task)
 
 
-class OpenCodeSession(ResourceSession):
+class OpenCodeServiceSession(ResourceSession):
     """One rollout on the service; the agent (OpenCode) owns its tool loop."""
 
     def __init__(self, client: OpenCodeEnvClient, created: CreatedRollout, wait_timeout_s: float) -> None:
@@ -111,7 +111,7 @@ class OpenCodeSession(ResourceSession):
             log.warning("closing rollout %s: %s", self.rollout_id, exc)
 
 
-class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
+class OpenCodeServiceSessionFactory(ResourceSessionFactory[OpenCodeServiceSession]):
     """Start OpenCode rollouts for a fixed task set.
 
     ``tasks``: the service's ``Task`` models (or dicts of them: instruction, held-out tests, limits);
@@ -167,7 +167,7 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
             raise KeyError(f"no task with the instruction {instruction[:80]!r}...; the factory knows {len(self.tasks)}")
         return self.tasks[instruction]
 
-    def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> OpenCodeSession:
+    def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> OpenCodeServiceSession:
         """Start a rollout of the task; the seed and episode id only label it (the task is fixed)."""
         spec = self.task_for(task)
         sampling = {**self.sampling, "chat_template_kwargs": self.chat_template_kwargs}
@@ -184,4 +184,4 @@ class OpenCodeSessionFactory(ResourceSessionFactory[OpenCodeSession]):
             seed,
             episode_id,
         )
-        return OpenCodeSession(client, created, self.wait_timeout_s)
+        return OpenCodeServiceSession(client, created, self.wait_timeout_s)
