@@ -14,6 +14,8 @@ _LAZY = {
     "OpenCodeServiceSessionFactory": "harness",
     "RolloutNotScorable": "harness",
     "ReplicaPool": "replicas",
+    "RemoteSandboxBackend": "remote_sandbox",
+    "RemoteSandbox": "remote_sandbox",
 }
 __all__ = list(_LAZY)
 

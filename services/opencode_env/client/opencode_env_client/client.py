@@ -6,7 +6,21 @@ from typing import Any
 
 import httpx
 
-from .models import CreatedRollout, Health, RolloutRequest, RolloutSummary, Task, Turn, Verification
+from .models import (
+    CreatedRollout,
+    Health,
+    RolloutRequest,
+    RolloutSummary,
+    SandboxCommand,
+    SandboxCommandResult,
+    SandboxFile,
+    SandboxJob,
+    SandboxPath,
+    SandboxWrite,
+    Task,
+    Turn,
+    Verification,
+)
 
 
 class OpenCodeEnvError(RuntimeError):
@@ -77,6 +91,8 @@ class OpenCodeEnvClient:
         upstream_url: str | None = None,
         upstream_api_key: str | None = None,
         agent: str = "opencode",
+        top_logprobs: int | None = None,
+        sandbox_home: str | None = None,
     ) -> CreatedRollout:
         """Start a rollout of ``task``; returns its id, API key and proxy URL (``ValidationError`` on a bad task)."""
         request = RolloutRequest(
@@ -86,6 +102,8 @@ class OpenCodeEnvClient:
             model=model,
             upstream_url=upstream_url,
             upstream_api_key=upstream_api_key,
+            top_logprobs=top_logprobs,
+            sandbox_home=sandbox_home,
         )
         body = request.model_dump(exclude_none=True)
         return CreatedRollout.model_validate(self._request("POST", "/rollouts", json=body).json())
@@ -129,6 +147,68 @@ class OpenCodeEnvClient:
     def logs(self, rollout_id: str) -> str:
         """The agent's output."""
         return self._request("GET", f"/rollouts/{rollout_id}/logs").text
+
+    def finish(self, rollout_id: str) -> RolloutSummary:
+        """End a rollout now as ``completed`` (its processes are killed); no-op for a final one."""
+        return RolloutSummary.model_validate(self._request("POST", f"/rollouts/{rollout_id}/finish").json())
+
+    # --- the sandbox API (``RemoteSandboxBackend``) ----------------------------------------------
+    def sandbox_exec(self, rollout_id: str, command: SandboxCommand) -> SandboxCommandResult:
+        """Run a command in the rollout's sandbox (the verification context once the rollout is final)."""
+        body = command.model_dump()
+        reply = self._request("POST", f"/rollouts/{rollout_id}/sandbox/exec", json=body, timeout=command.timeout_s + 30)
+        return SandboxCommandResult.model_validate(reply.json())
+
+    def sandbox_write(self, rollout_id: str, path: str, content: str) -> SandboxFile:
+        """Write a text file in the sandbox."""
+        body = SandboxWrite(path=path, content=content).model_dump()
+        return SandboxFile.model_validate(
+            self._request("POST", f"/rollouts/{rollout_id}/sandbox/write", json=body).json()
+        )
+
+    def sandbox_read(self, rollout_id: str, path: str) -> SandboxFile:
+        """Read a text file of the sandbox (``exists`` False when there is none)."""
+        body = SandboxPath(path=path).model_dump()
+        return SandboxFile.model_validate(
+            self._request("POST", f"/rollouts/{rollout_id}/sandbox/read", json=body).json()
+        )
+
+    def sandbox_exists(self, rollout_id: str, path: str) -> bool:
+        """Whether a path exists in the sandbox."""
+        body = SandboxPath(path=path).model_dump()
+        return SandboxFile.model_validate(
+            self._request("POST", f"/rollouts/{rollout_id}/sandbox/exists", json=body).json()
+        ).exists
+
+    def start_job(self, rollout_id: str, command: SandboxCommand) -> SandboxJob:
+        """Start a background command as the agent's uid (while the rollout runs)."""
+        body = command.model_dump()
+        return SandboxJob.model_validate(
+            self._request("POST", f"/rollouts/{rollout_id}/sandbox/jobs", json=body).json()
+        )
+
+    def wait_job(self, rollout_id: str, job_id: str, timeout_s: float) -> SandboxJob:
+        """Wait for a background command (long polls of ``poll_s``); ``running`` if it outlived ``timeout_s``."""
+        remaining = timeout_s
+        while True:
+            poll = max(0.0, min(self.poll_s, remaining))
+            job = SandboxJob.model_validate(
+                self._request(
+                    "POST",
+                    f"/rollouts/{rollout_id}/sandbox/jobs/{job_id}/wait",
+                    params={"timeout_s": poll},
+                    timeout=poll + self.timeout_s,
+                ).json()
+            )
+            remaining -= poll
+            if not job.running or remaining <= 0:
+                return job
+
+    def kill_job(self, rollout_id: str, job_id: str) -> SandboxJob:
+        """SIGKILL a background command's process group."""
+        return SandboxJob.model_validate(
+            self._request("DELETE", f"/rollouts/{rollout_id}/sandbox/jobs/{job_id}").json()
+        )
 
     def delete(self, rollout_id: str) -> None:
         """Stop the rollout and free its slot; its trace stays on the service's volume."""

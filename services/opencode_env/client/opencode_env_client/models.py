@@ -141,6 +141,12 @@ class RolloutRequest(_Request):
         "no turns recorded); the turn and token limits still hold",
     )
     top_logprobs: int | None = Field(None, ge=0, le=20, description="top-k logprobs asked of the engine per token")
+    sandbox_home: str | None = Field(
+        None,
+        pattern=r"^/[^\x00]*[^/\x00]$",
+        description="absolute path that the sandbox operations (``/rollouts/{id}/sandbox/...``) map to the sandbox: "
+        "HOME/workdir to its work dir, HOME to its home (upstream's harness uses /home/user); None: no mapping",
+    )
 
 
 class CreatedRollout(_Reply):
@@ -152,6 +158,65 @@ class CreatedRollout(_Reply):
     status: Status
     proxy_base_url: str
     model: str
+    sandbox_proxy_base_url: str = ""  # the same proxy as the sandbox reaches it (its seat's loopback port)
+
+
+# --- sandbox operations (``/rollouts/{id}/sandbox/...``): what a harness's SandboxBackend needs ------
+SandboxContext = Literal["agent", "verification"]
+
+
+class SandboxCommand(_Request):
+    """``POST .../sandbox/exec`` and ``POST .../sandbox/jobs``: a bash command in the rollout's sandbox.
+
+    While the rollout runs it runs as the agent's uid; once the rollout is final, in the trusted
+    verification context (the seat's verifier uid, a copy of the work dir, no agent process left).
+    """
+
+    command: str = Field(min_length=1, max_length=1_000_000)
+    env: dict[str, str] = Field(default_factory=dict, description="added to the sandbox's clean environment")
+    cwd: str | None = Field(None, description="working directory (default: the work dir); sandbox_home is mapped")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="exec only: killed after this long")
+    stdin: str = Field("", max_length=16 << 20, description="exec only: fed to the command")
+
+
+class SandboxCommandResult(_Reply):
+    """What a sandbox command did, and where it ran."""
+
+    exit_code: int | None  # None: killed at its timeout
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    context: SandboxContext
+
+
+class SandboxPath(_Request):
+    """``POST .../sandbox/read`` and ``.../sandbox/exists``: a path in the sandbox (sandbox_home is mapped)."""
+
+    path: str = Field(min_length=1, max_length=4096)
+
+
+class SandboxWrite(SandboxPath):
+    """``POST .../sandbox/write``: a text file (parent directories made), written as the context's uid."""
+
+    content: str = Field(max_length=16 << 20)
+
+
+class SandboxFile(_Reply):
+    """Answer to read and exists."""
+
+    path: str
+    exists: bool
+    content: str | None = None
+    context: SandboxContext
+
+
+class SandboxJob(_Reply):
+    """A background command in the agent's sandbox: ``POST .../sandbox/jobs``, ``.../jobs/{job_id}/wait``."""
+
+    job_id: str
+    pid: int
+    running: bool
+    exit_code: int | None = None
 
 
 class CommandOutcome(_Reply):

@@ -19,6 +19,7 @@ from .openenv_sessions import SessionRegistry
 from .proxy import Proxy
 from .rollouts import RolloutManager
 from .sandbox import close_shared_dirs
+from .sandbox_routes import sandbox_router
 from .service import RolloutService, ServiceError
 from .settings import Settings
 from .trace import TraceStore
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> ProxyFastPath:
     app = FastAPI(title="OpenCode environment", version="0.1.0", lifespan=lifespan)
     app.include_router(api_router(service, store, sessions))
     app.include_router(openenv_router(OpenEnvProtocol(sessions, service), sessions))
+    app.include_router(sandbox_router(manager, settings.opencode_bin))
     app.add_exception_handler(ServiceError, service_error)
 
     @app.exception_handler(HTTPException)

@@ -7,6 +7,15 @@ from .sandbox import Sandbox
 
 PROVIDER = "rlstack"
 MODEL = "policy"
+# OpenCode without the network: no update check, models.dev fetch, LSP or plugin download, sharing.
+OFFLINE_ENV = {
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+    "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+}
 
 
 def opencode_config(proxy_base_url: str, api_key: str, output_tokens: int) -> dict[str, Any]:
@@ -42,12 +51,7 @@ def prepare(
     return sandbox.env(
         {
             "OPENCODE_CONFIG": str(path),
-            "OPENCODE_DISABLE_AUTOUPDATE": "1",
-            "OPENCODE_DISABLE_MODELS_FETCH": "1",
-            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-            "OPENCODE_DISABLE_SHARE": "1",
-            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-            "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+            **OFFLINE_ENV,
             # Basic auth on the agent's server: a fence beside the firewall and the listener check.
             "OPENCODE_SERVER_PASSWORD": server_password,
             "OPENAI_API_KEY": api_key,

@@ -104,6 +104,15 @@ class Rollout:
         self.check_context = Sandbox(
             settings.sandbox_root, f"{self.id}.verify", settings.verifier_uid(seat), self.limits, settings.helper_python
         )
+        # Where a harness's verifier operates once the agent is gone (``/rollouts/{id}/sandbox/...``).
+        self.harness_context = Sandbox(
+            settings.sandbox_root,
+            f"{self.id}.harness",
+            settings.verifier_uid(seat),
+            self.limits,
+            settings.helper_python,
+        )
+        self.operations = None  # the SandboxOperations of the sandbox API, made on first use
         self.status = PENDING
         self.detail: str | None = None
         self.turns: list[Turn] = []
@@ -558,7 +567,7 @@ class RolloutManager:
     def _empty_seat(rollout: Rollout) -> bool:
         """Remove the rollout's sandbox and check context; False (and a warning) while a uid of its
         seat still has processes. A directory that cannot be removed does not hold the seat back."""
-        for sandbox in (rollout.sandbox, rollout.check_context):
+        for sandbox in (rollout.sandbox, rollout.check_context, rollout.harness_context):
             try:
                 sandbox.destroy()
             except UidNotEmpty as exc:

@@ -143,11 +143,14 @@ class Sandbox:
         os.setuid(self.uid)
         landlock.restrict_self()
 
-    async def spawn(self, argv: list[str], env: dict[str, str], stdout, stderr, stdin=asyncio.subprocess.DEVNULL):
-        """Start ``argv`` in the sandbox (own session, limits, the uid); returns the process."""
+    async def spawn(
+        self, argv: list[str], env: dict[str, str], stdout, stderr, stdin=asyncio.subprocess.DEVNULL, cwd=None
+    ):
+        """Start ``argv`` in the sandbox (own session, limits, the uid; in ``cwd``, default the work
+        dir); returns the process."""
         return await asyncio.create_subprocess_exec(
             *argv,
-            cwd=self.work,
+            cwd=cwd or self.work,
             env=env,
             stdin=stdin,
             stdout=stdout,
@@ -162,9 +165,11 @@ class Sandbox:
         stdin: str = "",
         env: dict[str, str] | None = None,
         argv: list[str] | None = None,
+        cwd: str | None = None,
+        output_bytes: int = OUTPUT_TAIL_BYTES,
     ) -> CommandOutcome:
         """Run a shell command (``argv``, default ``bash -c command``) to completion in the sandbox;
-        kills its process group at the timeout."""
+        kills its process group at the timeout. Keeps the last ``output_bytes`` of each output."""
         started = time.monotonic()
         pipe = asyncio.subprocess.PIPE
         proc = await self.spawn(
@@ -173,14 +178,15 @@ class Sandbox:
             pipe,
             pipe,
             stdin=pipe if stdin else asyncio.subprocess.DEVNULL,
+            cwd=cwd,
         )
         try:
-            out, err = await asyncio.wait_for(_communicate(proc, stdin.encode()), timeout_s)
+            out, err = await asyncio.wait_for(_communicate(proc, stdin.encode(), output_bytes), timeout_s)
             return CommandOutcome(
                 command=command,
                 exit_code=proc.returncode,
-                stdout=_text(out),
-                stderr=_text(err),
+                stdout=_text(out, output_bytes),
+                stderr=_text(err, output_bytes),
                 duration_s=time.monotonic() - started,
             )
         except TimeoutError:

@@ -81,18 +81,27 @@ class Untrusted(RuntimeError):
     """The checks cannot run in a trusted context (the agent's processes survive): no reward."""
 
 
-async def run_checks(agent: Sandbox, context: Sandbox, task: Task) -> list[CheckResult]:
-    """Run ``task``'s held-out checks on ``agent``'s work dir in the fresh ``context`` (the seat's
-    verifier uid), then remove the context. Raises ``Untrusted`` if the agent's uid cannot be emptied."""
+async def enter(agent: Sandbox, context: Sandbox) -> None:
+    """Make ``context`` (the seat's verifier uid) the trusted place to judge ``agent``'s work: every
+    process of the agent's uid killed, a fresh directory, a copy of the work dir. Raises ``Untrusted``
+    if the agent's uid cannot be emptied, ``SandboxError`` if the work dir cannot be copied."""
     try:
         await asyncio.to_thread(agent.kill_all)
         await asyncio.to_thread(context.create)
     except UidNotEmpty as exc:
         raise Untrusted(str(exc)) from None
     await asyncio.to_thread(usage.remove_sysv_objects, agent.uid)
+    await agent.copy_work_to(context)
+
+
+async def run_checks(agent: Sandbox, context: Sandbox, task: Task) -> list[CheckResult]:
+    """Run ``task``'s held-out checks on ``agent``'s work dir in the fresh ``context`` (the seat's
+    verifier uid), then remove the context. Raises ``Untrusted`` if the agent's uid cannot be emptied."""
+    if not task.tests and not task.verify_commands:
+        return []
     try:
         try:
-            await agent.copy_work_to(context)
+            await enter(agent, context)
         except SandboxError as exc:
             return _all_failed(task, f"the work dir could not be copied to the checks: {exc}")
         env = check_env(context)
