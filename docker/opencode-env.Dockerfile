@@ -31,6 +31,13 @@ RUN python3 -m venv "$VIRTUAL_ENV"
 COPY docker/requirements/opencode-env.lock /tmp/opencode-env.lock
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,target=/root/.cache/uv \
     /opt/uv/bin/uv pip install --no-deps -r /tmp/opencode-env.lock
+# The sandboxes' own Python tools (pytest: upstream task conventions), first on their PATH
+# (``sandbox.SANDBOX_PATH``); git is the system's.
+COPY docker/requirements/opencode-sandbox.lock /tmp/opencode-sandbox.lock
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,target=/root/.cache/uv \
+    python3 -m venv /opt/sandbox-tools \
+ && /opt/uv/bin/uv pip install --python /opt/sandbox-tools/bin/python --no-deps -r /tmp/opencode-sandbox.lock \
+ && /opt/sandbox-tools/bin/python -m pytest --version
 # The client package holds the wire contract (opencode_env_client.models); the server imports only that.
 COPY services/opencode_env/client /src/opencode-env-client
 COPY services/opencode_env/server /src/opencode-env-server

@@ -31,6 +31,7 @@ from opencode_env_client.models import (
 
 from . import opencode
 from .agent_server import AgentFailed, AgentServer
+from .firewall import SetupWindow
 from .processes import UidNotEmpty
 from .sandbox import Sandbox, SandboxError, clean_stale
 from .settings import Settings, normalize_upstream
@@ -113,6 +114,9 @@ class Rollout:
             settings.helper_python,
         )
         self.operations = None  # the SandboxOperations of the sandbox API, made on first use
+        # The network of the setup phase (SETUP_NETWORK_ALLOW), None when there is none.
+        allowed = settings.setup_network_allow if settings.network_isolation else ()
+        self.setup_window = SetupWindow(self.sandbox.uid, allowed) if allowed else None
         self.status = PENDING
         self.detail: str | None = None
         self.turns: list[Turn] = []
@@ -168,6 +172,21 @@ class Rollout:
         """The inference side failed: the rollout cannot be scored (reward None, never 0)."""
         log.warning("rollout %s: infrastructure failure: %s", self.id, message)
         self.stop(INFRA_FAILURE, message)
+
+    # --- the setup phase's network ----------------------------------------------------------
+    async def open_setup_network(self) -> None:
+        """Let the sandbox reach SETUP_NETWORK_ALLOW (no-op without it)."""
+        if self.setup_window is not None:
+            await asyncio.to_thread(self.setup_window.open)
+
+    async def end_setup_phase(self) -> None:
+        """Kill every process of the sandbox's uid, then close the setup network: nothing the setup
+        started reaches the agent phase with a connection. Raises ``processes.UidNotEmpty``."""
+        if self.setup_window is not None and self.setup_window.is_open:
+            try:
+                await asyncio.to_thread(self.sandbox.kill_all)
+            finally:
+                await asyncio.to_thread(self.setup_window.close)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def mark_running(self) -> bool:
@@ -466,18 +485,31 @@ class RolloutManager:
             if watchdog is not None:
                 watchdog.cancel()
             await asyncio.to_thread(sandbox.stop_processes)
+            if rollout.setup_window is not None:
+                await asyncio.to_thread(rollout.setup_window.close)
+
+    async def _setup(self, rollout: Rollout) -> None:
+        """The task's setup commands, with the setup network (if any) open while they run."""
+        if rollout.task.setup:
+            await rollout.open_setup_network()
+        try:
+            for command in rollout.task.setup:
+                result = await rollout.sandbox.run(command, timeout_s=rollout.limits.wall_s)
+                rollout.setup_results.append(result)
+                if rollout.sandbox.violation:
+                    rollout.stop(LIMIT_EXCEEDED, rollout.sandbox.violation)
+                if rollout.status in FINAL:
+                    return  # the watchdog or a limit ended it meanwhile
+                if result.exit_code != 0:
+                    rollout.stop(SETUP_FAILED, f"setup command failed ({result.exit_code}): {command}")
+                    return
+        finally:
+            await rollout.end_setup_phase()
 
     async def _setup_and_agent(self, rollout: Rollout, agent: AgentServer | None) -> None:
-        for command in rollout.task.setup:
-            result = await rollout.sandbox.run(command, timeout_s=rollout.limits.wall_s)
-            rollout.setup_results.append(result)
-            if rollout.sandbox.violation:
-                rollout.stop(LIMIT_EXCEEDED, rollout.sandbox.violation)
-            if rollout.status in FINAL:
-                return  # the watchdog or a limit ended it meanwhile
-            if result.exit_code != 0:
-                rollout.stop(SETUP_FAILED, f"setup command failed ({result.exit_code}): {command}")
-                return
+        await self._setup(rollout)
+        if rollout.status in FINAL:
+            return
         if rollout.request.agent == "external":
             await rollout.done.wait()
             return

@@ -36,6 +36,8 @@ OWNED_DIRS = ("work", "home", "tmp")
 HELPER_TIMEOUT_S = 30.0
 OUTPUT_TAIL_BYTES = 64 * 1024
 HELPER_OUTPUT_BYTES = 8 << 20  # a JSON listing of at most 1 MB of file text
+# The image's sandbox tools (python3 with pytest, docker/opencode-env.Dockerfile) come first.
+SANDBOX_PATH = "/opt/sandbox-tools/bin:/usr/local/bin:/usr/bin:/bin"
 
 # The helper's entry point: this package's directory first on sys.path (with -I neither PYTHONPATH,
 # the user's site-packages nor the work dir is on it).
@@ -117,7 +119,7 @@ class Sandbox:
         env = {
             "HOME": home,
             "USER": "sandbox",
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PATH": SANDBOX_PATH,
             "LANG": "C.UTF-8",
             "TMPDIR": str(self.tmp),
             "XDG_CONFIG_HOME": f"{home}/.config",

@@ -6,7 +6,9 @@ permission checks apply, as for the agent itself). Once the rollout is final, op
 trusted verification context: the runner has killed every agent process, the work dir is copied
 into a fresh directory of the seat's verifier uid (``verification.enter``), and background jobs are
 refused. So a verifier that runs after the agent never meets a process the agent left, and the
-agent never sees what the verifier writes.
+agent never sees what the verifier writes. Until the first background job (the agent) starts, the
+rollout is in its setup phase: with SETUP_NETWORK_ALLOW, its commands may reach those package
+indexes; starting the job kills every process of the uid and closes that network first.
 
 With ``RolloutRequest.sandbox_home`` set (upstream's harness: ``/home/user``), that prefix in
 commands, environment values, working directories and paths stands for the context's directories:
@@ -29,6 +31,7 @@ from opencode_env_client.models import (
 )
 
 from .opencode import OFFLINE_ENV
+from .processes import UidNotEmpty
 from .rollouts import Rollout
 from .sandbox import Sandbox, SandboxError
 from .verification import Untrusted, enter
@@ -76,7 +79,7 @@ class SandboxOperations:
             waited += 0.05
         if rollout.status not in FINAL:
             if self._prepared is None:
-                self._prepared = asyncio.ensure_future(self._prepare_home())
+                self._prepared = asyncio.ensure_future(self._prepare())
             await asyncio.shield(self._prepared)
             return rollout.sandbox, "agent"
         if self._verification is None:
@@ -84,9 +87,12 @@ class SandboxOperations:
         await asyncio.shield(self._verification)
         return rollout.harness_context, "verification"
 
-    async def _prepare_home(self) -> None:
-        """Upstream's layout under the home (with ``sandbox_home``): the directories its install step
-        makes and ``~/.opencode/bin/opencode``, the image's OpenCode, so its install probe passes offline."""
+    async def _prepare(self) -> None:
+        """Open the setup phase (its network, if the operator allows one: until the first background
+        job, the agent, starts) and, with ``sandbox_home``, make upstream's layout under the home: the
+        directories its install step makes and ``~/.opencode/bin/opencode``, the image's OpenCode, so
+        its install probe passes offline."""
+        await self.rollout.open_setup_network()
         if self._alias is None:
             return
         sandbox = self.rollout.sandbox
@@ -181,6 +187,10 @@ class SandboxOperations:
         sandbox, context = await self.context()
         if context != "agent":
             raise OperationRefused(409, f"rollout {self.rollout.id} is {self.rollout.status}: no background jobs now")
+        try:
+            await self.rollout.end_setup_phase()
+        except UidNotEmpty as exc:
+            raise OperationRefused(409, f"the setup phase's processes could not be ended: {exc}") from None
         devnull = asyncio.subprocess.DEVNULL
         process = await sandbox.spawn(
             ["bash", "-c", self.mapped(command.command, sandbox)],

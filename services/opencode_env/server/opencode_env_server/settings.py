@@ -62,6 +62,7 @@ class Settings:
     run_rollout_max_turns: int = 64
     finished_rollout_ttl_s: float = 600.0
     providers: dict[str, Provider] = field(default_factory=lambda: _providers({}))
+    setup_network_allow: tuple[tuple[str, int], ...] = ()  # empty: setup commands are isolated too
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -83,7 +84,9 @@ class Settings:
         session with no call for this long, no WebSocket and no running rollout is closed),
         RUN_ROLLOUT_MAX_TURNS (model calls of a ``run_rollout`` rollout; upstream has no cap),
         FINISHED_ROLLOUT_TTL_S (an ended rollout no client closed for this long is closed: its client
-        died), and the ``run_rollout`` providers (see ``_providers``)."""
+        died), SETUP_NETWORK_ALLOW (comma-separated ``host[:port]`` (port 443 if left out) that a rollout's
+        setup commands may reach, with the DNS resolver, before the agent starts; empty, the default:
+        none), and the ``run_rollout`` providers (see ``_providers``)."""
         env = os.environ
         settings = cls(
             port=int(env.get("PORT", cls.port)),
@@ -114,6 +117,7 @@ class Settings:
             run_rollout_max_turns=int(env.get("RUN_ROLLOUT_MAX_TURNS", cls.run_rollout_max_turns)),
             finished_rollout_ttl_s=float(env.get("FINISHED_ROLLOUT_TTL_S", cls.finished_rollout_ttl_s)),
             providers=_providers(env),
+            setup_network_allow=parse_destinations(env.get("SETUP_NETWORK_ALLOW", "")),
         )
         settings.check()
         return settings
@@ -168,6 +172,19 @@ class Settings:
             raise SystemExit("MAX_CONCURRENT_ROLLOUTS and MAX_SESSIONS must be >= 1 and PROXY_MAX_BODY_BYTES >= 1024")
         if self.session_idle_timeout_s <= 0:
             raise SystemExit("SESSION_IDLE_TIMEOUT_S must be > 0")
+
+
+def parse_destinations(value: str) -> tuple[tuple[str, int], ...]:
+    """``host[:port]`` entries, comma-separated (port 443 when left out)."""
+    destinations = []
+    for entry in (part.strip() for part in value.split(",")):
+        if not entry:
+            continue
+        host, _, port = entry.rpartition(":") if ":" in entry else (entry, "", "443")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in host:
+            raise SystemExit(f"SETUP_NETWORK_ALLOW: {entry!r} is not host[:port]")
+        destinations.append((host, int(port)))
+    return tuple(destinations)
 
 
 def normalize_upstream(url: str) -> str:
