@@ -15,7 +15,7 @@ import pytest
 from opencode_env.config import OpenCodeConfig
 from opencode_env.harness import OpenCodeSessionFactory
 from opencode_env.task import OpenCodeTask
-from opencode_env_client import RemoteSandboxBackend
+from opencode_env_client import RemoteSandboxBackend, ServiceTracedSessionFactory
 from openenv.core.harness import VerifyResult
 from testcontainers.core.container import DockerContainer
 
@@ -65,12 +65,15 @@ class RecordingVerifier:
         return VerifyResult(env_reward=score[0] if score else 0.0, done=True)
 
 
-def run_upstream_session(url: str, mode: str, setup_shell: str) -> tuple[dict, RecordingVerifier, list, str]:
-    """One session of upstream's factory on the service: (summary, verifier, proxy trace, rollout id)."""
+def run_upstream_session(url: str, mode: str, setup_shell: str) -> tuple[dict, RecordingVerifier, list, list, str]:
+    """One session of upstream's factory on the service, wrapped for TRL's loop: (summary, verifier,
+    the proxy trace upstream's session reads, the training rows TRL would read, rollout id)."""
     config = OpenCodeConfig(base_url="http://inference:8000/v1", model=MODEL_NAME, agent_timeout_s=180)
     verifier = RecordingVerifier()
     backend = RemoteSandboxBackend(url, limits={"wall_s": 240, "max_turns": 3})
-    factory = OpenCodeSessionFactory(config=config, sandbox_backend=backend, mode=mode, verifier=verifier)
+    factory = ServiceTracedSessionFactory(
+        OpenCodeSessionFactory(config=config, sandbox_backend=backend, mode=mode, verifier=verifier)
+    )
     task = OpenCodeTask(
         instruction="Write solution.py that prints its input line reversed.",
         upload_files={"/home/user/workdir/notes.txt": "uploaded"},
@@ -81,12 +84,13 @@ def run_upstream_session(url: str, mode: str, setup_shell: str) -> tuple[dict, R
     try:
         session.wait_for_completion()
         trace = session.fetch_proxy_trace()
+        rows = [t.completion_token_ids for t in session.fetch_training_trace().turns]
         result = session.verify([])
         summary = httpx.get(f"{url}/rollouts/{rollout_id}", timeout=30).json()
         summary["reward"] = result.env_reward
     finally:
         session.close()
-    return summary, verifier, trace, rollout_id
+    return summary, verifier, trace, rows, rollout_id
 
 
 SETUP = (
@@ -98,7 +102,7 @@ SETUP = (
 @pytest.mark.parametrize("mode", ["black_box", "transparent_proxy"])
 def test_upstream_factory_runs_opencode_in_the_service_sandbox(opencode_env, mode: str) -> None:
     url = opencode_env.url
-    summary, verifier, trace, rollout_id = run_upstream_session(url, mode, SETUP)
+    summary, verifier, trace, rows, rollout_id = run_upstream_session(url, mode, SETUP)
     assert summary["reward"] == 1.0  # the agent's solution.py, judged by the upstream-style verifier
     assert summary["agent"] == "external" and summary["turns"] >= 1
     # The verifier ran as the seat's verifier uid in a fresh home, with no agent process left, pytest there.
@@ -108,6 +112,7 @@ def test_upstream_factory_runs_opencode_in_the_service_sandbox(opencode_env, mod
     assert verifier.seen["pytest"].startswith("pytest")
     assert verifier.seen["home"].endswith(f"{rollout_id}.harness/home")
     turns = httpx.get(f"{url}/rollouts/{rollout_id}/turns", timeout=30).json()
+    assert rows == [t["completion_token_ids"] for t in turns]  # what TRL trains on: the service's recording
     if mode == "black_box":
         assert trace == []
     else:
@@ -126,10 +131,11 @@ def test_a_trace_file_the_agent_writes_changes_no_training_row(opencode_env) -> 
     path = "/home/user/logs/agent/proxy_trace.jsonl"
     later = f"{{ (sleep 2; echo '{forged}' >> {path}) >/dev/null 2>&1 & }}"
     tamper = f"{SETUP} && mkdir -p /home/user/logs/agent && echo '{forged}' > {path} && {later}"
-    _, _, trace, rollout_id = run_upstream_session(opencode_env.url, "transparent_proxy", tamper)
+    _, _, trace, rows, rollout_id = run_upstream_session(opencode_env.url, "transparent_proxy", tamper)
     turns = httpx.get(f"{opencode_env.url}/rollouts/{rollout_id}/turns", timeout=30).json()
+    recorded = [t["completion_token_ids"] for t in turns]
     assert trace and FORGED["completion_token_ids"] not in [t["completion_token_ids"] for t in trace]
-    assert [t["completion_token_ids"] for t in trace] == [t["completion_token_ids"] for t in turns]
+    assert [t["completion_token_ids"] for t in trace] == recorded and rows == recorded
 
 
 @pytest.fixture(scope="module")

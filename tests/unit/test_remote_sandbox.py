@@ -10,10 +10,10 @@ import pytest
 from opencode_env.config import OpenCodeConfig
 from opencode_env.harness import OpenCodeSessionFactory
 from opencode_env.task import OpenCodeTask
-from opencode_env_client import OpenCodeEnvClient, RemoteSandboxBackend
+from opencode_env_client import OpenCodeEnvClient, RemoteSandboxBackend, ServiceTracedSessionFactory
 from opencode_env_client.models import CreatedRollout, RolloutSummary, Turn
 from opencode_env_client.remote_sandbox import parse_proxy_command, upstream_trace_records
-from openenv.core.harness import VerifyResult
+from openenv.core.harness import TrainableSession, TrainingTrace, VerifyResult
 
 SANDBOX_PROXY = "http://127.0.0.1:24001/v1"
 TURN = Turn(
@@ -30,6 +30,21 @@ TURN = Turn(
     trainable=True,
     completion_tokens=["o", "k"],
 )
+TRACE = {
+    "schema_version": 1,
+    "turns": [
+        {
+            "node_id": "r1:0",
+            "prompt_token_ids": [1, 2, 3],
+            "completion_token_ids": [7, 8],
+            "per_token_logps": [-0.25, -0.5],
+            "loss_mask": [0, 0, 0, 1, 1],
+            "request": TURN.request,
+            "response": TURN.response,
+            "metadata": {"turn": 0, "trainable": True, "weight_version": "step-3"},
+        }
+    ],
+}
 
 
 class FakeService:
@@ -75,6 +90,8 @@ class FakeService:
             return httpx.Response(200, json=self.summary())
         if path == "/rollouts/r1/turns":
             return httpx.Response(200, json=[asdict(TURN)])
+        if path == "/rollouts/r1/trace":
+            return httpx.Response(200, json=TRACE)
         if path == "/rollouts/r1/sandbox/exec":
             stdout = "ok\n" if body["command"] == "echo ok" else "SCORE: 1.0\n"
             return httpx.Response(200, json={"exit_code": 0, "stdout": stdout, "stderr": "", "context": context})
@@ -105,12 +122,16 @@ def verifier(sandbox, task) -> VerifyResult:
     return VerifyResult(env_reward=score, done=True)
 
 
-def run_session(mode: str) -> tuple[FakeService, list, VerifyResult]:
-    service = FakeService()
+def upstream_factory(service: FakeService, mode: str) -> OpenCodeSessionFactory:
     backend = RemoteSandboxBackend("http://opencode-env:8000")
     backend._client = OpenCodeEnvClient("http://opencode-env:8000", transport=httpx.MockTransport(service))
     config = OpenCodeConfig(base_url="http://inference:8000/v1", api_key="sk-upstream", model="policy")
-    factory = OpenCodeSessionFactory(config=config, sandbox_backend=backend, mode=mode, verifier=verifier)
+    return OpenCodeSessionFactory(config=config, sandbox_backend=backend, mode=mode, verifier=verifier)
+
+
+def run_session(mode: str) -> tuple[FakeService, list, VerifyResult]:
+    service = FakeService()
+    factory = upstream_factory(service, mode)
     session = factory.create(OpenCodeTask(instruction="reverse a line", upload_files={"/home/user/workdir/a.txt": "x"}))
     session.wait_for_completion()
     trace = session.fetch_proxy_trace()
@@ -144,8 +165,17 @@ def test_upstream_factory_runs_on_the_service_with_its_sandbox_api(mode: str) ->
     assert len(verifier_calls) == 2
     assert service.calls[-1][0] == "DELETE"
     if mode == "transparent_proxy":
-        assert trace == upstream_trace_records([TURN])
+        assert trace == upstream_trace_records(TRACE, [TURN])
         assert trace[0]["completion_token_ids"] == [7, 8] and trace[0]["per_token_logps"] == [-0.25, -0.5]
+
+        # Each record is also an OpenEnv trace entry: a TrainingTrace can be made from them as they are.
+        def rows(training: TrainingTrace) -> list[tuple]:
+            return [
+                (t.node_id, t.prompt_token_ids, t.completion_token_ids, t.per_token_logps, t.loss_mask)
+                for t in training.turns
+            ]
+
+        assert rows(TrainingTrace.from_entries(trace)) == rows(TrainingTrace.model_validate(TRACE))
         assert not any(p.endswith("/read") for _, p, _ in service.calls)  # never from a sandbox file
     else:
         assert trace == []
@@ -176,3 +206,15 @@ def test_backend_pickles_without_its_connection() -> None:
     _ = backend.client
     copy = pickle.loads(pickle.dumps(backend))
     assert copy._client is None and copy.sampling == {"temperature": 1.0}
+
+
+def test_wrapped_upstream_sessions_give_trl_the_service_training_trace() -> None:
+    service = FakeService()
+    factory = ServiceTracedSessionFactory(upstream_factory(service, "transparent_proxy"))
+    session = factory.create("reverse a line")
+    assert isinstance(session, TrainableSession)  # what TRL's loop-owning worker requires
+    session.wait_for_completion()
+    assert session.fetch_training_trace() == TrainingTrace.model_validate(TRACE)
+    assert session.verify([]).env_reward == 1.0
+    session.close()
+    assert service.calls[-1][0] == "DELETE"

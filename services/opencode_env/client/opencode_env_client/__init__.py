@@ -16,6 +16,7 @@ _LAZY = {
     "ReplicaPool": "replicas",
     "RemoteSandboxBackend": "remote_sandbox",
     "RemoteSandbox": "remote_sandbox",
+    "ServiceTracedSessionFactory": "upstream_sessions",
 }
 __all__ = list(_LAZY)
 

@@ -79,26 +79,37 @@ def parse_proxy_command(command: str) -> _ProxyArgs | None:
     )
 
 
-def upstream_trace_records(turns: list[Turn]) -> list[dict[str, Any]]:
-    """The service's recorded turns as the JSON records upstream's proxy writes to its trace file
-    (``TurnRecord``), plus the prompt token ids and the weight version the service records."""
-    return [
-        {
-            "turn": t.turn,
-            "request": t.request,
-            "response": t.response,
-            "logprobs": None,
-            "completion_tokens": t.completion_tokens,
-            "completion_token_ids": t.completion_token_ids,
-            "per_token_logps": t.per_token_logps,
-            "finish_reason": t.finish_reason,
-            "latency_s": t.latency_s,
-            "timestamp": t.timestamp,
-            "prompt_token_ids": t.prompt_token_ids,
-            "weight_version": t.weight_version,
-        }
-        for t in turns
-    ]
+def upstream_trace_records(trace: dict[str, Any], turns: list[Turn]) -> list[dict[str, Any]]:
+    """The service's recording as the JSON records upstream's proxy writes to its trace file
+    (``TurnRecord``: request, response, completion token ids, texts and logprobs, finish reason,
+    latency), one per successful model call, each also an OpenEnv trace entry (prompt token ids,
+    loss mask, ``metadata.node_id``) as ``TrainingTrace.to_trace_entries`` writes them.
+
+    ``trace`` is the rollout's ``TrainingTrace`` (``GET /rollouts/{id}/trace``), ``turns`` its
+    recorded turns (``GET /rollouts/{id}/turns``)."""
+    by_turn = {t.turn: t for t in turns}
+    records = []
+    for row in trace["turns"]:
+        metadata = {**row["metadata"], "node_id": row["node_id"]}
+        turn = by_turn[metadata["turn"]]
+        records.append(
+            {
+                "turn": turn.turn,
+                "request": row["request"],
+                "response": row["response"],
+                "logprobs": None,
+                "completion_tokens": turn.completion_tokens,
+                "completion_token_ids": row["completion_token_ids"],
+                "per_token_logps": row["per_token_logps"],
+                "finish_reason": turn.finish_reason,
+                "latency_s": turn.latency_s,
+                "timestamp": turn.timestamp,
+                "prompt_token_ids": row["prompt_token_ids"],
+                "loss_mask": row["loss_mask"],
+                "metadata": metadata,
+            }
+        )
+    return records
 
 
 def _base(url: str) -> str:
@@ -175,6 +186,10 @@ class RemoteSandbox:
     @property
     def sandbox_id(self) -> str:
         return self.created.rollout_id
+
+    def training_trace(self) -> dict[str, Any]:
+        """The service's ``TrainingTrace`` of this rollout (engine ids, logprobs, loss masks)."""
+        return self.client.training_trace(self.sandbox_id)
 
     # --- the agent phase's end -------------------------------------------------------------------
     def end_agent_phase(self) -> None:
@@ -262,7 +277,7 @@ class RemoteSandbox:
     def read_text(self, path: str) -> str:
         """Read a text file; the proxy's trace path reads the service's recording. ``FileNotFoundError`` if absent."""
         if self._proxy is not None and path == self._proxy.trace_path:
-            records = upstream_trace_records(self.client.turns(self.sandbox_id))
+            records = upstream_trace_records(self.training_trace(), self.client.turns(self.sandbox_id))
             return "".join(json.dumps(record) + "\n" for record in records)
         file = self.client.sandbox_read(self.sandbox_id, path)
         if not file.exists:
