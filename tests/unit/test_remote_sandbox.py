@@ -10,8 +10,14 @@ import pytest
 from opencode_env.config import OpenCodeConfig
 from opencode_env.harness import OpenCodeSessionFactory
 from opencode_env.task import OpenCodeTask
-from opencode_env_client import OpenCodeEnvClient, RemoteSandboxBackend, ServiceTracedSessionFactory
-from opencode_env_client.models import CreatedRollout, RolloutSummary, Turn
+from opencode_env_client import (
+    OpenCodeEnvClient,
+    OpenCodeServiceSession,
+    RemoteSandboxBackend,
+    RolloutNotScorable,
+    ServiceTracedSessionFactory,
+)
+from opencode_env_client.models import CreatedRollout, RolloutSummary, Task, Turn
 from opencode_env_client.remote_sandbox import parse_proxy_command, upstream_trace_records
 from openenv.core.harness import TrainableSession, TrainingTrace, VerifyResult
 
@@ -218,3 +224,34 @@ def test_wrapped_upstream_sessions_give_trl_the_service_training_trace() -> None
     assert session.verify([]).env_reward == 1.0
     session.close()
     assert service.calls[-1][0] == "DELETE"
+
+
+def test_a_service_session_verifier_runs_once_the_rollout_is_final() -> None:
+    service = FakeService()
+    client = OpenCodeEnvClient("http://opencode-env:8000", transport=httpx.MockTransport(service))
+    created = CreatedRollout(rollout_id="r1", api_key="k", status="running", proxy_base_url="u", model="policy")
+    task = Task(instruction="reverse a line")
+
+    def score(sandbox, given_task) -> float:
+        assert given_task is task
+        return 0.5 if sandbox.exec("python3 check.py").stdout.startswith("SCORE") else 0.0
+
+    session = OpenCodeServiceSession(client, created, 10, task, score)
+    with pytest.raises(RuntimeError, match="still running"):
+        session.verify([])  # never while the agent may still act
+    service.final = True
+    assert session.verify([]).env_reward == 0.5
+    assert ("POST", "/rollouts/r1/verify", {}) not in service.calls  # the service's tests are not run
+
+
+def test_a_service_session_verifier_does_not_score_an_unscored_rollout() -> None:
+    service = FakeService()
+    service.final = True
+    service.summary = lambda: RolloutSummary(  # type: ignore[method-assign]
+        rollout_id="r1", status="setup_failed", final=True, created_at=0.0
+    ).model_dump()
+    client = OpenCodeEnvClient("http://opencode-env:8000", transport=httpx.MockTransport(service))
+    created = CreatedRollout(rollout_id="r1", api_key="k", status="running", proxy_base_url="u", model="policy")
+    session = OpenCodeServiceSession(client, created, 10, Task(instruction="x"), lambda sandbox, task: 1.0)
+    with pytest.raises(RolloutNotScorable, match="setup_failed"):
+        session.verify([])

@@ -9,16 +9,20 @@ the process that uses it.
 """
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
 
 from .client import OpenCodeEnvClient
-from .models import CreatedRollout, RolloutSummary, Task
+from .models import UNSCORED, CreatedRollout, RolloutSummary, Task
+from .remote_sandbox import RemoteSandbox
 from .replicas import ReplicaPool
 
 log = logging.getLogger("opencode_env_client.harness")
+# verifier(sandbox, task) -> VerifyResult or a reward: called once the rollout is final, its sandbox
+# operations in the trusted verification context (a copy of the work dir, the seat's verifier uid).
+Verifier = Callable[[RemoteSandbox, Task], "VerifyResult | float | None"]
 
 
 class RolloutNotScorable(RuntimeError):
@@ -47,11 +51,21 @@ def task_instruction(task: Any) -> str:
 class OpenCodeServiceSession(ResourceSession):
     """One rollout on the service; the agent (OpenCode) owns its tool loop."""
 
-    def __init__(self, client: OpenCodeEnvClient, created: CreatedRollout, wait_timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: OpenCodeEnvClient,
+        created: CreatedRollout,
+        wait_timeout_s: float,
+        task: Task | None = None,
+        verifier: Verifier | None = None,
+    ) -> None:
         self.client = client
+        self.created = created
         self.rollout_id = created.rollout_id
         self.task_id = created.task_id
         self.wait_timeout_s = wait_timeout_s
+        self.task = task
+        self.verifier = verifier
         self.summary: RolloutSummary | None = None  # once waited for
         self._closed = False
 
@@ -83,7 +97,10 @@ class OpenCodeServiceSession(ResourceSession):
         return ToolResult(error=f"{name}: tools run inside the OpenCode sandbox, not through the session")
 
     def verify(self, transcript: list[Any], final_state: Any = None) -> VerifyResult:
-        """Run the held-out tests on the service; reward = fraction passed."""
+        """Run the held-out tests on the service (reward = fraction passed), or the factory's
+        ``verifier`` in the trusted verification context."""
+        if self.verifier is not None:
+            return self._run_verifier()
         verification = self.client.verify(self.rollout_id)
         if verification.reward is None:
             raise RolloutNotScorable(f"rollout {self.rollout_id}: {verification.reason or 'no reward'}")
@@ -99,6 +116,21 @@ class OpenCodeServiceSession(ResourceSession):
             metrics=metrics,
             artifacts={"rollout_id": self.rollout_id, "results": [r.model_dump() for r in verification.results]},
         )
+
+    def _run_verifier(self) -> VerifyResult:
+        summary = self.client.status(self.rollout_id)
+        if not summary.final:
+            raise RuntimeError(f"rollout {self.rollout_id} is still {summary.status}: wait for it before verify()")
+        if summary.status in UNSCORED:
+            raise RolloutNotScorable(f"rollout {self.rollout_id}: not scored: {summary.status} ({summary.detail})")
+        # Final: every operation on the sandbox runs in the verification context, on a copy of the work dir.
+        result = self.verifier(RemoteSandbox(self.client, self.created), self.task)
+        if isinstance(result, VerifyResult):
+            return result
+        reward = None if result is None else float(result)
+        if reward is None:
+            raise RolloutNotScorable(f"rollout {self.rollout_id}: the verifier gave no reward")
+        return VerifyResult(env_reward=reward, done=True, metrics={"status": summary.status, "turns": summary.turns})
 
     def close(self) -> None:
         """Stop the rollout and free its slot (idempotent)."""
@@ -121,7 +153,9 @@ class OpenCodeServiceSessionFactory(ResourceSessionFactory[OpenCodeServiceSessio
     forced on every model call too, so the engine renders the prompts the trainer tokenizes; TRL's
     harness passes only its sampling policy to the factory. With several replicas behind
     ``base_url``'s name (Swarm), each rollout starts on the one with the most free slots and its
-    session keeps every later call on that replica (``ReplicaPool``).
+    session keeps every later call on that replica (``ReplicaPool``). ``verifier``: scores a
+    rollout instead of the service's held-out tests (see ``Verifier``; picklable, e.g. a module-level
+    function).
     """
 
     def __init__(
@@ -133,8 +167,10 @@ class OpenCodeServiceSessionFactory(ResourceSessionFactory[OpenCodeServiceSessio
         wait_timeout_s: float = 900.0,
         request_timeout_s: float = 30.0,
         chat_template_kwargs: dict[str, Any] | None = None,
+        verifier: Verifier | None = None,
     ) -> None:
         self.base_url = base_url
+        self.verifier = verifier
         validated = [Task.model_validate(t) for t in tasks]
         self.tasks = {t.instruction: t for t in validated}
         if len(self.tasks) != len(validated):
@@ -184,4 +220,4 @@ class OpenCodeServiceSessionFactory(ResourceSessionFactory[OpenCodeServiceSessio
             seed,
             episode_id,
         )
-        return OpenCodeServiceSession(client, created, self.wait_timeout_s)
+        return OpenCodeServiceSession(client, created, self.wait_timeout_s, spec, self.verifier)

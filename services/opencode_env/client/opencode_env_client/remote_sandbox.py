@@ -169,10 +169,15 @@ class ServiceProxyJob:
 
 
 class RemoteSandbox:
-    """One sandbox (one rollout) of the service (upstream's ``SandboxHandle``)."""
+    """One sandbox (one rollout) of the service (upstream's ``SandboxHandle``); ``home``: the path
+    the rollout maps to its home (its ``sandbox_home``), None for a rollout without one."""
 
     def __init__(
-        self, client: OpenCodeEnvClient, created: CreatedRollout, home: str, envs: dict[str, str] | None = None
+        self,
+        client: OpenCodeEnvClient,
+        created: CreatedRollout,
+        home: str | None = None,
+        envs: dict[str, str] | None = None,
     ) -> None:
         self.client = client
         self.created = created
@@ -286,7 +291,7 @@ class RemoteSandbox:
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists; upstream's proxy script always does (the service provides the proxy)."""
-        if path == f"{self.home}/proxy/{PROXY_SCRIPT}":
+        if self.home is not None and path == f"{self.home}/proxy/{PROXY_SCRIPT}":
             return True
         return self.client.sandbox_exists(self.sandbox_id, path)
 
