@@ -19,7 +19,7 @@ EXPECTED = {
 }
 MAPPING_ERRORS = ("dict_type", "model_type", "model_attributes_type")
 # Errors the schema raises itself: their text is complete.
-OWN_ERRORS = ("trl_field", "foreign_section", "eval_pool", "pretrain_batch")
+OWN_ERRORS = ("trl_field", "foreign_section", "eval_pool", "pretrain_batch", "hook_path")
 
 
 def dotted(loc: tuple[Any, ...]) -> str:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from .errors import ConfigError
+from .hooks import HOOKS, validate_hook
 from .trl_sections import check_trl_section
 
 JOBS = ("grpo", "async-grpo")
@@ -57,7 +58,10 @@ class OpenCodeConfig(Section):
     """The OpenCode env service and the coding tasks the AsyncGRPO job trains on."""
 
     env_url: str = Field("http://opencode-env:8000", description="URL of the OpenCode env service")
-    tasks: str | None = Field(None, description="tasks file (JSONL; default: the shipped set)")
+    tasks: str | None = Field(
+        None,
+        description="tasks file (JSONL, a Task per line: services/opencode_env/README.md; default: the shipped set)",
+    )
     task_ids: list[str] | None = Field(None, description="only these task ids")
     difficulties: list[int] | None = Field(None, description="only tasks of these difficulties")
     num_tasks: int | None = Field(None, ge=1, description="at most this many tasks")
@@ -65,13 +69,44 @@ class OpenCodeConfig(Section):
     ready_timeout_s: float = Field(
         900.0, gt=0, description="how long the job waits at start for inference and opencode-env to answer /health"
     )
-    limits: Limits | None = Field(None, description="per-rollout resource bounds (the service's Limits)")
+    limits: Limits | None = Field(
+        None, description="per-rollout resource bounds (the service's Limits) of the tasks that set none"
+    )
+    rollout_reward_fn: str | None = Field(
+        None,
+        description="TRL hook, package.module:function: the reward of a rollout from its HarnessRolloutOutcome "
+        "(float, or None: unscored); default: the env's reward",
+    )
+    train_turn_fn: str | None = Field(
+        None,
+        description="TRL hook, package.module:function: whether a HarnessTurn is trained on (bool); only where "
+        "the installed TRL's harness loop takes it (1.16.0 does not)",
+    )
+    agent_turn_fn: str | None = Field(
+        None,
+        description="TRL hook, package.module:function: the agent's own turns of a trace (list[TraceEntry] -> "
+        "list[TraceEntry]); only where the installed TRL's harness loop takes it (1.16.0 does not)",
+    )
 
     @field_validator("limits", mode="before")
     @classmethod
     def _limits_from_mapping(cls, value: Any) -> Any:
         # Limits is the service's own (lax) model: a mapping from YAML is validated by it.
         return Limits.model_validate(value) if isinstance(value, dict) else value
+
+    @field_validator(*HOOKS)
+    @classmethod
+    def _hook_resolves(cls, value: str | None, info: Any) -> str | None:
+        if value is not None:
+            try:
+                validate_hook(info.field_name, value)
+            except ConfigError as exc:
+                raise PydanticCustomError("hook_path", "{message}", {"message": str(exc)}) from None
+        return value
+
+    def hook_paths(self) -> dict[str, str]:
+        """The TRL hooks this section sets: loop keyword -> dotted path."""
+        return {key: getattr(self, key) for key in HOOKS if getattr(self, key) is not None}
 
 
 class InferenceConfig(Section):

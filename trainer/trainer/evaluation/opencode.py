@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import TrainerConfig
+from ..config import ConfigError, TrainerConfig
 from ..envs.errors import EnvUnavailable
 from .statistics import summary_of
 
@@ -23,6 +23,8 @@ def opencode_evaluation(config: TrainerConfig, label: str) -> dict[str, Any]:
     oc, inference, ev = config.opencode, config.inference, config.eval
     temperature = ev.temperature
     tasks = load_tasks(Path(oc.tasks) if oc.tasks else None, limits=oc.limits, split="held_out")
+    if not tasks:
+        raise ConfigError(f'no held-out task in {oc.tasks}: mark the evaluation tasks with "held_out": true')
     began = time.monotonic()
     client = OpenCodeEnvClient(oc.env_url)
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, TrainerConfig
+from ..config.hooks import resolve_hooks
 from ..envs.coding_tasks import load_tasks, prompts_dataset
 from ..envs.opencode import RecordingSessionFactory, check_capacity
 from ..envs.readiness import wait_until_healthy
@@ -112,7 +113,7 @@ def selected_tasks(config: TrainerConfig) -> list[Any]:
     if not tasks:
         raise ConfigError(
             "no coding tasks selected (check opencode.tasks / task_ids / difficulties / num_tasks; "
-            "held-out tasks are never trained on)"
+            'held-out tasks (every 5th of the shipped set, "held_out": true in a task file) are never trained on)'
         )
     return tasks
 
@@ -127,7 +128,8 @@ def factory_arguments(config: TrainerConfig, args: Any) -> dict[str, Any]:
 
 
 def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
-    """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path."""
+    """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path: the session
+    factory, the dataset, the sampling settings and the ``opencode`` section's hooks."""
     oc, inference = config.opencode, config.inference
     tasks = selected_tasks(config)
     sessions_path = output_dir / "sessions.jsonl"
@@ -143,6 +145,7 @@ def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer
         reward_funcs=[],
         processing_class=tokenizer,
         eos_token_ids=[eos] if isinstance(eos, int) else [tokenizer.eos_token_id],
+        **resolve_hooks(oc.hook_paths()),
         **sampling_arguments(args),
     )
 
@@ -230,6 +233,7 @@ def plan(config: TrainerConfig) -> dict[str, Any]:
             "save_only_model": args.save_only_model,
         },
         "rollout_worker": sampling_arguments(args),
+        "hooks": config.opencode.hook_paths(),
         "session_factory": factory_arguments(config, args),
     }
 
@@ -237,6 +241,7 @@ def plan(config: TrainerConfig) -> dict[str, Any]:
 def run(config: TrainerConfig) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer on CUDA, with AsyncGRPO's CPU loop otherwise (``device:
     auto|cuda|cpu``); writes summary.json."""
+    selected_tasks(config)  # a bad task file stops the job before it waits for the services
     output_dir = prepare_output(config)
     wait_until_healthy(
         {"inference": config.inference.url, "opencode-env": config.opencode.env_url}, config.opencode.ready_timeout_s
