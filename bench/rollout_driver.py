@@ -51,7 +51,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--wait-timeout-s", type=float, default=300.0)
     args = parser.parse_args()
-    factory = OpenCodeServiceSessionFactory(args.env_url, [TASK], wait_timeout_s=args.wait_timeout_s, request_timeout_s=20)
+    factory = OpenCodeServiceSessionFactory(
+        args.env_url, [TASK], wait_timeout_s=args.wait_timeout_s, request_timeout_s=20
+    )
     began = time.monotonic()
     with ThreadPoolExecutor(args.concurrency) as pool:
         records = list(pool.map(lambda i: one_rollout(factory, i), range(args.rollouts)))

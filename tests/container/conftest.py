@@ -33,7 +33,12 @@ ZERO_CALL = {"name": "answer", "arguments": {"answer": "0"}}
 AGENT_CALL = {"name": "bash", "arguments": {"command": "{choice}"}}
 AGENT_CHOICES = ",".join(
     f"echo '{program}' > solution.py"
-    for program in ("print(input()[::-1])", "print(input())", "print(input().upper())", "print(input()[1:])")
+    for program in (
+        "print(input()[::-1])",
+        "print(input()[::-1].upper())",
+        "print(input().upper())",
+        "print(input()[1:])",
+    )
 )
 
 # The reaper image cannot be pulled on air-gapped hosts; containers are removed by the fixtures.

@@ -51,7 +51,7 @@ class RecordingVerifier:
         for name, command in {
             "uid": "id -u",
             "agent_uid": "cat /home/user/workdir/agent_uid.txt",
-            "agents_left": "pgrep -c -f 'opencode run' || true",
+            "agents_left": "pgrep -c -f '[o]pencode run' || true",  # [o]: not this shell itself
             "pytest": "python3 -m pytest --version",
             "home": "echo $HOME",
         }.items():
@@ -189,6 +189,22 @@ def test_setup_may_reach_the_allowed_index_and_the_agent_may_not(
         ).json()
         fetch_code, sleepers = agent_phase["stdout"].split()
         assert agent_phase["context"] == "agent" and fetch_code != "0" and sleepers == "0"
+
+        def sandbox_exec(command: str, **extra) -> httpx.Response:
+            body = {"command": command, **extra}
+            return httpx.post(f"{url}/rollouts/{rid}/sandbox/exec", json=body, timeout=60)
+
+        # A harness's setup command (upstream's setup_shell) reaches the index while it runs, and what
+        # it leaves running is killed when it ends.
+        setup = sandbox_exec(f"{FETCH} && (sleep 600 >/dev/null 2>&1 &)", setup=True).json()
+        assert setup["exit_code"] == 0, setup
+        after = sandbox_exec(f"{FETCH}; echo $?; pgrep -c sleep").json()["stdout"].split()
+        assert after[0] != "0" and after[1] == "0"
+        # Once the agent's job started, no more setup commands.
+        job = httpx.post(f"{url}/rollouts/{rid}/sandbox/jobs", json={"command": "sleep 30"}, timeout=30)
+        assert job.status_code == 201
+        refused = sandbox_exec(FETCH, setup=True)
+        assert refused.status_code == 409 and "before the rollout's first background job" in refused.text
         httpx.delete(f"{url}/rollouts/{rid}", timeout=30)
     finally:
         service.stop()

@@ -159,6 +159,10 @@ def test_upstream_factory_runs_on_the_service_with_its_sandbox_api(mode: str) ->
     config = json.loads(service.files["/home/user/.config/opencode/opencode.json"])
     options = config["provider"]["intercepted"]["options"]
     assert options == {**options, "baseURL": SANDBOX_PROXY, "apiKey": "rollout-key"}
+    # Commands before the agent's job are the harness's setup; the verifier's are not.
+    execs = [(i, body["setup"]) for i, (_, path, body) in enumerate(service.calls) if path.endswith("/exec")]
+    started = service.index("POST", "/rollouts/r1/sandbox/jobs")
+    assert all(setup == (i < started) for i, setup in execs) and any(i > started for i, _ in execs)
     (agent,) = [body for _, path, body in service.calls if path.endswith("/jobs")]
     assert "opencode run" in agent["command"]
     assert agent["env"]["OPENAI_BASE_URL"] == SANDBOX_PROXY and agent["env"]["OPENAI_API_KEY"] == "rollout-key"

@@ -177,6 +177,12 @@ class SandboxCommand(_Request):
     cwd: str | None = Field(None, description="working directory (default: the work dir); sandbox_home is mapped")
     timeout_s: float = Field(60.0, gt=0, le=3600, description="exec only: killed after this long")
     stdin: str = Field("", max_length=16 << 20, description="exec only: fed to the command")
+    setup: bool = Field(
+        False,
+        description="exec only: a setup command (before the rollout's first background job): with the "
+        "operator's SETUP_NETWORK_ALLOW it reaches those hosts while it runs, and every process of the "
+        "sandbox's uid is killed when it ends",
+    )
 
 
 class SandboxCommandResult(_Reply):

@@ -18,6 +18,9 @@ What the handle does for upstream's harness, besides relaying:
 - Reading the proxy trace returns the service's recording of the rollout's model calls (prompt and
   completion token ids and logprobs from the engine), never a file in the sandbox, which the agent
   could have rewritten.
+- Commands before the first background job (the agent's) are the harness's setup (its install
+  probe, ``setup_shell``): marked so, they may reach the operator's ``SETUP_NETWORK_ALLOW`` indexes
+  while each runs (the service kills the uid's processes after each).
 - Once the agent's job has ended (its ``wait`` returned or timed out), the rollout is finished: the
   service kills every process of the agent, and every later operation (the verifier's) runs in the
   trusted verification context, on a copy of the work dir, as a uid no agent runs as.
@@ -183,6 +186,7 @@ class RemoteSandbox:
         self.created = created
         self.home = home
         self.envs = dict(envs or {})
+        self.agent_started = False  # until the first background job: its commands are setup commands
         self.agent_phase_over = False
         self._proxy: _ProxyArgs | None = None
         self._upstream = _base(client.status(created.rollout_id).upstream_url)
@@ -258,7 +262,11 @@ class RemoteSandbox:
         if self._is_health_probe(cmd) and not self.agent_phase_over:
             return ExecResult(0, '{"status":"ok"}', "")
         command = SandboxCommand(
-            command=cmd, env=self._env(envs), cwd=cwd, timeout_s=min(timeout or MAX_WALL_S, MAX_WALL_S)
+            command=cmd,
+            env=self._env(envs),
+            cwd=cwd,
+            timeout_s=min(timeout or MAX_WALL_S, MAX_WALL_S),
+            setup=not self.agent_started,
         )
         result = self.client.sandbox_exec(self.sandbox_id, command)
         code = result.exit_code if result.exit_code is not None else 124
@@ -271,6 +279,7 @@ class RemoteSandbox:
         if proxy is not None:
             return self._start_service_proxy(proxy)
         job = self.client.start_job(self.sandbox_id, SandboxCommand(command=cmd, env=self._env(envs), cwd=cwd))
+        self.agent_started = True
         return RemoteJob(self, job.job_id, job.pid)
 
     def write_text(self, path: str, content: str) -> None:

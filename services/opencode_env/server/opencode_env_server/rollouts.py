@@ -130,6 +130,7 @@ class Rollout:
         self.finished_at: float | None = None
         self.done = asyncio.Event()
         self.started = asyncio.Event()  # its first model call came, or it ended without one
+        self.setup_over = asyncio.Event()  # its setup commands ran and their network is closed
         self.agent_prestarted = False  # served by the seat's warm OpenCode server, started before this rollout
         self.waiting_for_agent = False  # waiting for the seat's server to finish warming up
         self.runner: asyncio.Task | None = None  # ends once the rollout's processes are cleaned up
@@ -505,6 +506,7 @@ class RolloutManager:
                     return
         finally:
             await rollout.end_setup_phase()
+            rollout.setup_over.set()
 
     async def _setup_and_agent(self, rollout: Rollout, agent: AgentServer | None) -> None:
         await self._setup(rollout)

@@ -6,9 +6,9 @@ permission checks apply, as for the agent itself). Once the rollout is final, op
 trusted verification context: the runner has killed every agent process, the work dir is copied
 into a fresh directory of the seat's verifier uid (``verification.enter``), and background jobs are
 refused. So a verifier that runs after the agent never meets a process the agent left, and the
-agent never sees what the verifier writes. Until the first background job (the agent) starts, the
-rollout is in its setup phase: with SETUP_NETWORK_ALLOW, its commands may reach those package
-indexes; starting the job kills every process of the uid and closes that network first.
+agent never sees what the verifier writes. Commands marked ``setup`` (upstream's harness: all of
+them before the agent's job starts) may, with SETUP_NETWORK_ALLOW, reach those package indexes while
+each runs; every process of the uid is killed and the network closed when each ends.
 
 With ``RolloutRequest.sandbox_home`` set (upstream's harness: ``/home/user``), that prefix in
 commands, environment values, working directories and paths stands for the context's directories:
@@ -23,6 +23,7 @@ import uuid
 from opencode_env_client.models import (
     FINAL,
     PENDING,
+    CommandOutcome,
     SandboxCommand,
     SandboxCommandResult,
     SandboxContext,
@@ -46,6 +47,16 @@ EXISTS_SCRIPT = 'test -e "$1"'
 HOME_DIRS = (".config/opencode", "logs/agent", "logs/verifier", "task", ".opencode/bin")
 
 
+async def _first(*events: asyncio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
 class OperationRefused(RuntimeError):
     """An operation the rollout's state does not allow; ``status`` is the HTTP status."""
 
@@ -61,6 +72,7 @@ class SandboxOperations:
         self.rollout = rollout
         self.opencode_bin = shutil.which(opencode_bin) or opencode_bin
         self.jobs: dict[str, asyncio.subprocess.Process] = {}
+        self._setup_lock = asyncio.Lock()
         self._prepared: asyncio.Future | None = None  # the agent sandbox's upstream layout, made once
         self._verification: asyncio.Future | None = None  # entering the verification context, once
         alias = rollout.request.sandbox_home
@@ -78,6 +90,8 @@ class SandboxOperations:
             await asyncio.sleep(0.05)
             waited += 0.05
         if rollout.status not in FINAL:
+            await _first(rollout.setup_over, rollout.done)  # the task's setup (and its network) is over
+        if rollout.status not in FINAL:
             if self._prepared is None:
                 self._prepared = asyncio.ensure_future(self._prepare())
             await asyncio.shield(self._prepared)
@@ -88,11 +102,9 @@ class SandboxOperations:
         return rollout.harness_context, "verification"
 
     async def _prepare(self) -> None:
-        """Open the setup phase (its network, if the operator allows one: until the first background
-        job, the agent, starts) and, with ``sandbox_home``, make upstream's layout under the home: the
-        directories its install step makes and ``~/.opencode/bin/opencode``, the image's OpenCode, so
-        its install probe passes offline."""
-        await self.rollout.open_setup_network()
+        """With ``sandbox_home``, make upstream's layout under the home: the directories its install
+        step makes and ``~/.opencode/bin/opencode``, the image's OpenCode, so its install probe passes
+        offline."""
         if self._alias is None:
             return
         sandbox = self.rollout.sandbox
@@ -132,15 +144,32 @@ class SandboxOperations:
 
     # --- operations ------------------------------------------------------------------------------
     async def exec(self, command: SandboxCommand) -> SandboxCommandResult:
-        """Run a command to completion (killed at its timeout)."""
+        """Run a command to completion (killed at its timeout); a setup command with the setup network
+        open while it runs, and every process of the uid killed after it."""
         sandbox, context = await self.context()
-        run = await sandbox.run(
+        if command.setup and (context != "agent" or self.jobs):
+            raise OperationRefused(409, "setup commands run only before the rollout's first background job")
+        if not command.setup:
+            return self._result(await self._run(sandbox, context, command), context)
+        async with self._setup_lock:  # one window at a time: each closes what it opened
+            await self.rollout.open_setup_network()
+            try:
+                run = await self._run(sandbox, context, command)
+            finally:
+                await self._end_setup()
+        return self._result(run, context)
+
+    async def _run(self, sandbox: Sandbox, context: SandboxContext, command: SandboxCommand) -> CommandOutcome:
+        return await sandbox.run(
             self.mapped(command.command, sandbox),
             command.timeout_s,
             stdin=command.stdin,
             env=self._env(sandbox, context, command.env),
             cwd=self._cwd(sandbox, command.cwd),
         )
+
+    @staticmethod
+    def _result(run: CommandOutcome, context: SandboxContext) -> SandboxCommandResult:
         return SandboxCommandResult(
             exit_code=run.exit_code, stdout=run.stdout, stderr=run.stderr, timed_out=run.timed_out, context=context
         )
@@ -171,6 +200,12 @@ class SandboxOperations:
         run = await self._file_script(sandbox, EXISTS_SCRIPT, path)
         return SandboxFile(path=path, exists=run.exit_code == 0, context=context)
 
+    async def _end_setup(self) -> None:
+        try:
+            await self.rollout.end_setup_phase()
+        except UidNotEmpty as exc:
+            raise OperationRefused(409, f"the setup command's processes could not be ended: {exc}") from None
+
     async def _file_script(self, sandbox: Sandbox, script: str, path: str, stdin: str = "", output_bytes: int = 65536):
         target = self.mapped(path, sandbox)
         return await sandbox.run(
@@ -187,18 +222,15 @@ class SandboxOperations:
         sandbox, context = await self.context()
         if context != "agent":
             raise OperationRefused(409, f"rollout {self.rollout.id} is {self.rollout.status}: no background jobs now")
-        try:
-            await self.rollout.end_setup_phase()
-        except UidNotEmpty as exc:
-            raise OperationRefused(409, f"the setup phase's processes could not be ended: {exc}") from None
         devnull = asyncio.subprocess.DEVNULL
-        process = await sandbox.spawn(
-            ["bash", "-c", self.mapped(command.command, sandbox)],
-            self._env(sandbox, context, command.env),
-            devnull,
-            devnull,
-            cwd=self._cwd(sandbox, command.cwd),
-        )
+        async with self._setup_lock:  # never while a setup command has the network
+            process = await sandbox.spawn(
+                ["bash", "-c", self.mapped(command.command, sandbox)],
+                self._env(sandbox, context, command.env),
+                devnull,
+                devnull,
+                cwd=self._cwd(sandbox, command.cwd),
+            )
         job_id = uuid.uuid4().hex[:16]
         self.jobs[job_id] = process
         return SandboxJob(job_id=job_id, pid=process.pid, running=True)
