@@ -1,6 +1,7 @@
-"""TRL's harness hooks named by dotted path in an async-grpo config (``opencode.rollout_reward_fn``,
-``train_turn_fn``, ``agent_turn_fn``): a bad path stops the config, a good one reaches TRL's loop
-arguments; the shipped example reward; the worked example of the OpenCode README."""
+"""The hooks named by dotted path in an async-grpo config (``opencode.rollout_reward_fn``,
+``train_turn_fn``, ``agent_turn_fn``, ``verifier``): a bad path stops the config, a good one reaches
+TRL's loop arguments or the session factory; the shipped example reward; the worked example of the
+OpenCode README."""
 
 import importlib.util
 import pickle
@@ -65,7 +66,7 @@ def async_grpo_config(tmp_path: Path, opencode: str = "") -> Path:
         (f"{USER_MODULE}_broken:reward", "cannot import module '{m}_broken': RuntimeError: boom at import"),
         ("{m}:missing", "module '{m}' has no attribute 'missing'"),
         ("{m}:NOT_CALLABLE", "'NOT_CALLABLE' is a int, not a function"),
-        ("{m}:two_args", "TRL calls it with one positional argument (a HarnessRolloutOutcome), "),
+        ("{m}:two_args", "it is called with one positional argument (a HarnessRolloutOutcome), "),
         ("{m}:no_args", "its signature no_args() does not accept that"),
         ("{m}:keyword_only", "its signature keyword_only(*, outcome) does not accept that"),
         ("{m}:lambda_hook", "cannot be pickled"),
@@ -87,7 +88,7 @@ def test_a_bad_hook_in_the_file_stops_the_dry_run_before_any_service(tmp_path, u
     assert main(["async-grpo", "--config", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"configuration error: {config}: `opencode.train_turn_fn` = '{user_hooks}:two_args': " in err
-    assert "(a HarnessTurn)" in err
+    assert "(a HarnessTurn: messages, tools, content, tool_calls)" in err
 
 
 def test_both_path_syntaxes_name_the_same_function(tmp_path, user_hooks):
@@ -117,23 +118,32 @@ class Loop116:
         pass
 
 
-class LoopWithEveryHook:
-    def __init__(self, *, harness_session_factory, rollout_reward_fn=None, train_turn_fn=None, agent_turn_fn=None):
+class LoopWithoutHooks:
+    def __init__(self, *, harness_session_factory, **loop_kwargs):
         pass
 
 
-def test_a_hook_the_installed_trls_loop_does_not_take_is_refused(tmp_path, user_hooks, monkeypatch):
+def test_only_trls_own_hook_is_checked_against_the_installed_trls_loop(tmp_path, user_hooks, monkeypatch):
     config = async_grpo_config(tmp_path)
     monkeypatch.setattr(hooks_module, "trl_class", lambda spec: Loop116)
     assert load_config(config, [f"opencode.rollout_reward_fn={user_hooks}:reward"], environ={})
-    with pytest.raises(ConfigError) as caught:
-        load_config(config, [f"opencode.train_turn_fn={user_hooks}:keep_turn"], environ={})
-    assert (
-        "`opencode.train_turn_fn`: the installed TRL's harness rollout loop does not take `train_turn_fn` "
-        "(it takes: rollout_reward_fn); remove the key"
-    ) in str(caught.value)
-    monkeypatch.setattr(hooks_module, "trl_class", lambda spec: LoopWithEveryHook)
+    # TRL 1.16 takes neither: our session factory applies them.
+    assert load_config(config, [f"opencode.train_turn_fn={user_hooks}:keep_turn"], environ={})
     assert load_config(config, [f"opencode.agent_turn_fn={user_hooks}:keep_turn"], environ={})
+    monkeypatch.setattr(hooks_module, "trl_class", lambda spec: LoopWithoutHooks)
+    with pytest.raises(ConfigError) as caught:
+        load_config(config, [f"opencode.rollout_reward_fn={user_hooks}:reward"], environ={})
+    assert (
+        "`opencode.rollout_reward_fn`: the installed TRL's harness rollout loop does not take `rollout_reward_fn` "
+        "(it takes: none of the hooks); remove the key"
+    ) in str(caught.value)
+
+
+def test_a_verifier_takes_the_sandbox_and_the_task(tmp_path, user_hooks):
+    config = async_grpo_config(tmp_path)
+    assert load_config(config, [f"opencode.verifier={user_hooks}:two_args"], environ={}).opencode.verifier
+    with pytest.raises(ConfigError, match=r"called with two positional arguments \(the rollout's sandbox"):
+        load_config(config, [f"opencode.verifier={user_hooks}:reward"], environ={})
 
 
 class FakeDataset:
@@ -192,13 +202,15 @@ def test_the_hooks_reach_trls_loop_arguments_and_the_dry_run_plan(tmp_path, user
     tokenizer = SimpleNamespace(convert_tokens_to_ids=lambda token: 7)
     kwargs = async_grpo_job.loop_arguments(config, trl_args(), tmp_path, tokenizer)
     assert kwargs["rollout_reward_fn"] is binary_with_penalties
-    assert kwargs["agent_turn_fn"] is sys.modules[user_hooks].keep_turn
-    assert "train_turn_fn" not in kwargs  # unset: TRL's default
+    # The turn hooks go to our session factory, not to TRL 1.16's loop (which takes no such keyword).
+    assert "agent_turn_fn" not in kwargs and "train_turn_fn" not in kwargs
+    factory = kwargs["harness_session_factory"].keywords
+    assert factory["agent_turn_fn"] is sys.modules[user_hooks].keep_turn and "train_turn_fn" not in factory
     # TRL's CUDA worker pickles the loop arguments into a spawned process.
     assert pickle.loads(pickle.dumps(kwargs["rollout_reward_fn"])) is binary_with_penalties
     config = load_config(async_grpo_config(tmp_path), environ={})
     kwargs = async_grpo_job.loop_arguments(config, trl_args(), tmp_path, tokenizer)
-    assert not set(hooks_module.HOOKS) & set(kwargs)
+    assert not set(hooks_module.HOOKS) & (set(kwargs) | set(kwargs["harness_session_factory"].keywords))
 
 
 def outcome(env_reward: float | None, timed_out: bool = False, tool_failure_count: int = 0) -> SimpleNamespace:

@@ -1,13 +1,16 @@
-"""TRL's harness hooks, named in an async-grpo config by dotted path and resolved to functions.
+"""The async-grpo config's hooks, named by dotted path and resolved to functions.
 
-``opencode.rollout_reward_fn``, ``opencode.train_turn_fn`` and ``opencode.agent_turn_fn`` each name
-a module-level function as ``package.module:function`` (``package.module.function`` works too).
-When the config is loaded each one is imported and checked: it is callable with the one positional
-argument TRL passes it, it can be pickled (TRL's CUDA rollout worker runs in a spawned process), and
-the installed TRL's harness rollout loop takes it as a keyword (where TRL is installed; see
-``trl_sections``). A problem is a ``ConfigError`` naming the key and the path, so ``--dry-run`` and
-the job stop before any service is contacted. The job resolves them again (imports are cached) into
-the loop's keyword arguments.
+``opencode.rollout_reward_fn`` goes to TRL's harness rollout loop (TRL 1.16 takes it);
+``opencode.train_turn_fn`` and ``opencode.agent_turn_fn`` (TRL's later hooks, which 1.16 does not
+take) are applied by our session factory to each rollout's training trace
+(``trainer.envs.turn_selection``), and ``opencode.verifier`` scores a rollout in the service's
+trusted verification context instead of the tasks' held-out tests. Each names a module-level function
+as ``package.module:function`` (``package.module.function`` works too). When the config is loaded
+each one is imported and checked: it is callable with the positional arguments it is given, it can be
+pickled (TRL's CUDA rollout worker runs in a spawned process), and, for a TRL hook, the installed
+TRL's harness rollout loop takes it as a keyword (where TRL is installed; see ``trl_sections``). A
+problem is a ``ConfigError`` naming the key and the path, so ``--dry-run`` and the job stop before any
+service is contacted. The job resolves them again (imports are cached).
 
 TRL's types are named here, never imported: this module needs the standard library only.
 """
@@ -22,14 +25,17 @@ from .errors import ConfigError
 from .trl_sections import trl_class
 
 HARNESS_LOOP = "trl.experimental.async_grpo.openenv_harness:_HarnessRolloutLoop"
-# Each hook (the keyword of TRL's harness rollout loop) and the one argument TRL calls it with.
+# Each hook and what it is called with; TRL_HOOKS go to TRL's loop, the others to our session factory.
 HOOKS = {
-    "rollout_reward_fn": "a HarnessRolloutOutcome",
-    "train_turn_fn": "a HarnessTurn",
-    "agent_turn_fn": "the rollout's trace, a list of TraceEntry",
+    "rollout_reward_fn": "one positional argument (a HarnessRolloutOutcome)",
+    "train_turn_fn": "one positional argument (a HarnessTurn: messages, tools, content, tool_calls)",
+    "agent_turn_fn": "one positional argument (the rollout's trace entries, a list of dicts)",
+    "verifier": "two positional arguments (the rollout's sandbox, a RemoteSandbox, and its Task)",
 }
+TRL_HOOKS = ("rollout_reward_fn",)
+ARGUMENTS = {key: 2 if key == "verifier" else 1 for key in HOOKS}
 
-Hook = Callable[[Any], Any]
+Hook = Callable[..., Any]
 
 
 def split_path(key: str, path: str) -> tuple[str, str]:
@@ -64,11 +70,10 @@ def resolve_hook(key: str, path: str) -> Hook:
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: its signature cannot be read; name a Python function") from None
     try:
-        signature.bind(object())
+        signature.bind(*[object()] * ARGUMENTS[key])
     except TypeError:
         raise ConfigError(
-            f"{where}: TRL calls it with one positional argument ({HOOKS[key]}), "
-            f"and its signature {name}{signature} does not accept that"
+            f"{where}: it is called with {HOOKS[key]}, and its signature {name}{signature} does not accept that"
         ) from None
     try:
         pickle.dumps(hook)
@@ -95,11 +100,12 @@ def check_loop_takes(key: str, loop: type | None) -> None:
 
 
 def validate_hook(key: str, path: str) -> None:
-    """Check at config load that ``path`` resolves to a ``key`` hook the installed TRL takes."""
+    """Check at config load that ``path`` resolves to a ``key`` hook (for a TRL hook: one the installed TRL takes)."""
     resolve_hook(key, path)
-    check_loop_takes(key, trl_class(HARNESS_LOOP))
+    if key in TRL_HOOKS:
+        check_loop_takes(key, trl_class(HARNESS_LOOP))
 
 
 def resolve_hooks(paths: Mapping[str, str]) -> dict[str, Hook]:
-    """TRL loop keyword -> function, for each hook in ``paths`` (keyword -> dotted path)."""
+    """Hook key -> function, for each hook in ``paths`` (key -> dotted path)."""
     return {key: resolve_hook(key, path) for key, path in paths.items()}

@@ -79,13 +79,18 @@ class OpenCodeConfig(Section):
     )
     train_turn_fn: str | None = Field(
         None,
-        description="TRL hook, package.module:function: whether a HarnessTurn is trained on (bool); only where "
-        "the installed TRL's harness loop takes it (1.16.0 does not)",
+        description="package.module:function: whether a turn (a HarnessTurn: messages, tools, content, "
+        "tool_calls) is trained on (bool); a turn it refuses keeps its place with a zero loss mask",
     )
     agent_turn_fn: str | None = Field(
         None,
-        description="TRL hook, package.module:function: the agent's own turns of a trace (list[TraceEntry] -> "
-        "list[TraceEntry]); only where the installed TRL's harness loop takes it (1.16.0 does not)",
+        description="package.module:function: the agent's own turns among a rollout's trace entries (list of "
+        "dicts -> the kept ones); the others are not trained on",
+    )
+    verifier: str | None = Field(
+        None,
+        description="package.module:function(sandbox, task) -> VerifyResult | float | None: scores a rollout "
+        "in the trusted verification context (a copy of the work dir) instead of the task's held-out tests",
     )
 
     @field_validator("limits", mode="before")
@@ -105,7 +110,7 @@ class OpenCodeConfig(Section):
         return value
 
     def hook_paths(self) -> dict[str, str]:
-        """The TRL hooks this section sets: loop keyword -> dotted path."""
+        """The hooks this section sets: key -> dotted path."""
         return {key: getattr(self, key) for key in HOOKS if getattr(self, key) is not None}
 
 

@@ -5,23 +5,35 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from opencode_env_client import OpenCodeServiceSessionFactory, ReplicaPool
 
 from ..config import ConfigError
 from .errors import EnvUnavailable
+from .turn_selection import SelectedTurnsSession
 
 log = logging.getLogger(__name__)
 
 
 class RecordingSessionFactory(OpenCodeServiceSessionFactory):
     """The OpenCode session factory, also appending each rollout it starts to ``sessions.jsonl`` (with the
-    replica that runs it: its trace is read from there)."""
+    replica that runs it: its trace is read from there), and applying the ``agent_turn_fn`` and
+    ``train_turn_fn`` hooks to each rollout's training trace (``turn_selection``)."""
 
-    def __init__(self, *args: Any, record_path: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        record_path: str | None = None,
+        agent_turn_fn: Callable | None = None,
+        train_turn_fn: Callable | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.record_path = record_path
+        self.agent_turn_fn = agent_turn_fn
+        self.train_turn_fn = train_turn_fn
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -49,7 +61,9 @@ class RecordingSessionFactory(OpenCodeServiceSessionFactory):
                     + "\n"
                 )
         log.info("rollout %s started (task %s, group %s)", session.rollout_id, session.task_id, seed)
-        return session
+        if self.agent_turn_fn is None and self.train_turn_fn is None:
+            return session
+        return SelectedTurnsSession(session, self.agent_turn_fn, self.train_turn_fn)
 
 
 def check_capacity(env_url: str, inflight: int) -> None:

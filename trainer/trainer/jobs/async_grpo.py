@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, TrainerConfig
-from ..config.hooks import resolve_hooks
+from ..config.hooks import TRL_HOOKS, resolve_hooks
 from ..envs.coding_tasks import load_tasks, prompts_dataset
 from ..envs.opencode import RecordingSessionFactory, check_capacity
 from ..envs.readiness import wait_until_healthy
@@ -129,13 +129,21 @@ def factory_arguments(config: TrainerConfig, args: Any) -> dict[str, Any]:
 
 def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
     """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path: the session
-    factory, the dataset, the sampling settings and the ``opencode`` section's hooks."""
+    factory (with the ``opencode`` section's turn hooks and verifier), the dataset, the sampling
+    settings and the section's TRL hook (``rollout_reward_fn``)."""
     oc, inference = config.opencode, config.inference
     tasks = selected_tasks(config)
     sessions_path = output_dir / "sessions.jsonl"
     sessions_path.write_text("")
+    hooks = resolve_hooks(oc.hook_paths())
+    trl_hooks = {key: hook for key, hook in hooks.items() if key in TRL_HOOKS}
     factory = functools.partial(
-        RecordingSessionFactory, oc.env_url, tasks, record_path=str(sessions_path), **factory_arguments(config, args)
+        RecordingSessionFactory,
+        oc.env_url,
+        tasks,
+        record_path=str(sessions_path),
+        **{key: hook for key, hook in hooks.items() if key not in TRL_HOOKS},
+        **factory_arguments(config, args),
     )
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     return dict(
@@ -145,7 +153,7 @@ def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer
         reward_funcs=[],
         processing_class=tokenizer,
         eos_token_ids=[eos] if isinstance(eos, int) else [tokenizer.eos_token_id],
-        **resolve_hooks(oc.hook_paths()),
+        **trl_hooks,
         **sampling_arguments(args),
     )
 

@@ -41,17 +41,18 @@ def run_side_by_side(jobs: list[Job], out: TextIO = sys.stdout, err: TextIO = sy
     started = time.monotonic()
     lock = threading.Lock()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for job in jobs:
-        job.process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    relays = [
-        threading.Thread(target=_relay, args=(job, stream, target, lock), daemon=True)
-        for job in jobs
-        for stream, target in ((job.process.stdout, out), (job.process.stderr, err))
-    ]
-    for relay in relays:
-        relay.start()
+    # Before the first job prints: a signal once its output is relayed must stop the jobs, not us alone.
     previous = {sig: signal.signal(sig, lambda *_: _stop(jobs)) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        for job in jobs:
+            job.process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        relays = [
+            threading.Thread(target=_relay, args=(job, stream, target, lock), daemon=True)
+            for job in jobs
+            for stream, target in ((job.process.stdout, out), (job.process.stderr, err))
+        ]
+        for relay in relays:
+            relay.start()
         codes = [job.process.wait() for job in jobs]
     finally:
         for sig, handler in previous.items():
