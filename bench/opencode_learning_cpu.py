@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the project's containers and volumes")
     args = parser.parse_args()
     started = time.monotonic()
+    compose("build", "trainer")  # `run` would use a stale image as it is
     compose(
         "up", "--build", "--detach", "--wait", "--wait-timeout", "900", "reasoning-gym-env", "inference", "opencode-env"
     )

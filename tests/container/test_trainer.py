@@ -756,3 +756,119 @@ def test_eval_runs_the_held_out_coding_tasks_on_opencode_env(
         assert verification["reward"] == r["reward"], (r, verification)
         assert verification["final"], (r, verification)
     assert result["summary"]["accuracy"] == sum(r["correct"] for r in records) / 10
+
+
+HOOKED_TASK = {
+    "task_id": "hooked-reverse",
+    "instruction": "Write solution.py that reads one line from standard input and prints it reversed.",
+    "tests": [{"stdin": "abc\n", "expected_stdout": "cba"}],
+    "limits": {"wall_s": 120, "max_turns": 1, "max_tokens_per_turn": 64},
+}
+USER_HOOKS = Path(__file__).resolve().parent / "programs" / "user_hooks.py"
+
+
+def test_async_grpo_on_cpu_uses_a_task_file_its_hooks_and_a_verifier(
+    trainer_image, inference_image, opencode_image, models_volume, network, outputs
+):
+    """One AsyncGRPO step on CPU through real OpenCode with a user's task file and hooks by dotted
+    path: the verifier scores each rollout in the verification context, the reward hook's value is
+    what the rows train on, and the turn hooks see each rollout's calls."""
+    weights, inference = weight_synced_inference(
+        trainer_image,
+        inference_image,
+        models_volume,
+        network,
+        "/models/opencode-policy",
+        "hooks-inference",
+        "agent",
+        16384,
+    )
+    env = None
+    try:
+        wait_healthy(
+            f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}/health", timeout_s=420
+        )
+        env = start_opencode_env(
+            opencode_image,
+            network,
+            2,
+            "hooks-opencode",
+            INFERENCE_URL="http://hooks-inference:8000",
+            INFERENCE_MODEL="agent",
+        )
+        hooks = tempfile.mkdtemp(prefix="rlstack-hooks-")
+        os.chmod(hooks, 0o755)
+        Path(hooks, "user_hooks.py").write_text(USER_HOOKS.read_text())
+        Path(hooks, "tasks.jsonl").write_text(json.dumps(HOOKED_TASK) + "\n")
+        for name in ("user_hooks.py", "tasks.jsonl"):
+            os.chmod(Path(hooks, name), 0o644)
+        sets = {
+            "async_grpo.max_steps": "1",
+            "async_grpo.num_generations": "2",
+            "async_grpo.per_device_train_batch_size": "2",
+            "async_grpo.max_inflight_tasks": "2",
+            "opencode.env_url": "http://hooks-opencode:8000",
+            "opencode.tasks": "/hooks/tasks.jsonl",
+            "opencode.task_ids": "[hooked-reverse]",
+            "opencode.verifier": "user_hooks:verifier",
+            "opencode.rollout_reward_fn": "user_hooks:reward",
+            "opencode.agent_turn_fn": "user_hooks.agent_turns",
+            "opencode.train_turn_fn": "user_hooks:train_turn",
+            "inference.url": "http://hooks-inference:8000",
+            "inference.model": "agent",
+            "output_dir": "/outputs/hooked",
+        }
+        args = [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+        text = run_trainer(
+            trainer_image,
+            network,
+            outputs,
+            "async-grpo",
+            "--config",
+            "async-grpo-cpu.yaml",
+            *args,
+            volumes={models_volume: "/models", weights: "/weights", hooks: "/hooks"},
+            docker_args=["-e", "PYTHONPATH=/hooks"],
+        )
+        assert "step 1/1 | reward" in text, text[-4000:]
+        calls = [json.loads(line) for line in (outputs / "hooks.jsonl").read_text().splitlines()]
+        verified = [c for c in calls if c["hook"] == "verifier"]
+        assert verified and all(c["uid"] >= 30000 and c["task_id"] == "hooked-reverse" for c in verified)
+        rewarded = [c["env_reward"] for c in calls if c["hook"] == "rollout_reward_fn"]
+        assert sorted(rewarded) == sorted(c["score"] for c in verified)  # env_reward is the verifier's
+        assert [c for c in calls if c["hook"] == "agent_turn_fn"] and all(
+            c["tools"] and c["tool_calls"] == 1 for c in calls if c["hook"] == "train_turn_fn"
+        )
+        rows = [json.loads(line) for line in (outputs / "hooked" / "rows.jsonl").read_text().splitlines()]
+        assert rows and {r["reward"] for r in rows} <= {0.25, -0.25}  # the reward hook's value
+    finally:
+        if env is not None:
+            env.stop()
+        inference.stop()
+        subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
+
+
+def test_a_bad_hook_path_stops_the_job_before_any_service(trainer_image, outputs):
+    result = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            trainer_image,
+            "async-grpo",
+            "--config",
+            "async-grpo-cpu.yaml",
+            "--set",
+            "opencode.rollout_reward_fn=my_rewards:reward",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (
+        "`opencode.rollout_reward_fn` = 'my_rewards:reward': cannot import module 'my_rewards': "
+        "ModuleNotFoundError" in result.stderr
+    )
