@@ -245,6 +245,7 @@ def test_a_service_session_verifier_runs_once_the_rollout_is_final() -> None:
         session.verify([])  # never while the agent may still act
     service.final = True
     assert session.verify([]).env_reward == 0.5
+    assert [b["setup"] for _, p, b in service.calls if p.endswith("/exec")] == [False]  # no setup command now
     assert ("POST", "/rollouts/r1/verify", {}) not in service.calls  # the service's tests are not run
 
 

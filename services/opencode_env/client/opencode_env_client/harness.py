@@ -124,7 +124,9 @@ class OpenCodeServiceSession(ResourceSession):
         if summary.status in UNSCORED:
             raise RolloutNotScorable(f"rollout {self.rollout_id}: not scored: {summary.status} ({summary.detail})")
         # Final: every operation on the sandbox runs in the verification context, on a copy of the work dir.
-        result = self.verifier(RemoteSandbox(self.client, self.created), self.task)
+        sandbox = RemoteSandbox(self.client, self.created)
+        sandbox.agent_phase_over = True  # no setup commands now
+        result = self.verifier(sandbox, self.task)
         if isinstance(result, VerifyResult):
             return result
         reward = None if result is None else float(result)

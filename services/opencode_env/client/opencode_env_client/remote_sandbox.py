@@ -266,7 +266,7 @@ class RemoteSandbox:
             env=self._env(envs),
             cwd=cwd,
             timeout_s=min(timeout or MAX_WALL_S, MAX_WALL_S),
-            setup=not self.agent_started,
+            setup=not (self.agent_started or self.agent_phase_over),
         )
         result = self.client.sandbox_exec(self.sandbox_id, command)
         code = result.exit_code if result.exit_code is not None else 124
