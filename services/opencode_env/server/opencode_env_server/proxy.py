@@ -348,7 +348,7 @@ class Proxy:
 
 
 class _Call:
-    """One relayed call: sends the reply, then records it as a turn."""
+    """One relayed call: records it as a turn and sends the reply (its end last)."""
 
     def __init__(
         self,
@@ -375,10 +375,9 @@ class _Call:
 
     async def unary(self, send: Send, content: bytes, status: int) -> None:
         latency = time.monotonic() - self.began
-        self.started = True
-        await send_body(send, status, content)
         reply = orjson.loads(content)
         choice = (reply.get("choices") or [{}])[0]
+        # Recorded before the reply goes out: a caller that has its reply finds the turn recorded.
         await self._record(
             response=reply,
             prompt_token_ids=reply.get("prompt_token_ids") or [],
@@ -389,6 +388,8 @@ class _Call:
             latency_s=latency,
             stream=False,
         )
+        self.started = True
+        await send_body(send, status, content)
 
     async def stream(self, send: Send, upstream: aiohttp.ClientResponse) -> None:
         content_type = upstream.headers.get("content-type", "text/event-stream").encode()
@@ -400,8 +401,7 @@ class _Call:
         async for data in upstream.content.iter_any():
             acc.feed(data)
             await send({"type": "http.response.body", "body": data, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        await self._record(
+        await self._record(  # before the stream ends (as in ``unary``)
             response=acc.response(),
             prompt_token_ids=acc.prompt_ids,
             completion_token_ids=acc.completion_ids,
@@ -411,6 +411,7 @@ class _Call:
             latency_s=time.monotonic() - self.began,
             stream=True,
         )
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def upstream_error(self, send: Send, status: int, content: bytes) -> None:
         text = content.decode(errors="replace")[:2000]
