@@ -67,6 +67,7 @@ def call(url, key=None, body=None, method="GET"):
         return "unreachable"
 chat = json.dumps({{"messages": [{{"role": "user", "content": "hi"}}]}}).encode()
 stolen = open("stolen_key.txt").read().strip()
+victim = open("victim_id.txt").read().strip()
 own_ip = socket.gethostbyname(socket.gethostname())
 def target(fd):
     try:
@@ -80,6 +81,11 @@ print(json.dumps({{
     "api_on_own_ip": call(f"http://{{own_ip}}:8000/health"),
     "own_port_health": call(f"http://127.0.0.1:{{own}}/health"),
     "own_port_rollouts": call(f"http://127.0.0.1:{{own}}/rollouts", body=b"{{}}", method="POST"),
+    # The sandbox API (a harness's exec/write/read, and its verification context) is the control plane too.
+    "api_sandbox_exec": call(f"http://127.0.0.1:8000/rollouts/{{victim}}/sandbox/exec", body=b'{{"command": "id"}}',
+                             method="POST"),
+    "own_port_sandbox_exec": call(f"http://127.0.0.1:{{own}}/rollouts/{{victim}}/sandbox/exec",
+                                  body=b'{{"command": "id"}}', method="POST"),
     "own_port_stolen_key": call(f"http://127.0.0.1:{{own}}/v1/chat/completions", stolen, chat, "POST"),
     "other_ports": sorted({{call(f"http://127.0.0.1:{{p}}/health")
                             for p in range({PROXY_PORT_BASE}, {PROXY_PORT_BASE} + 4) if p != own}}),
@@ -90,7 +96,8 @@ print(json.dumps({{
 def test_a_sandbox_reaches_no_control_api_and_no_key_but_its_own(opencode_env) -> None:
     url = opencode_env.url
     victim = create(url, task(), agent="external")
-    attacker, out = run_attack(url, PROBE, files={"stolen_key.txt": victim["api_key"]})
+    files = {"stolen_key.txt": victim["api_key"], "victim_id.txt": victim["rollout_id"]}
+    attacker, out = run_attack(url, PROBE, files=files)
     try:
         seen = json.loads(out.strip().splitlines()[-1])
         assert seen == {
@@ -100,6 +107,8 @@ def test_a_sandbox_reaches_no_control_api_and_no_key_but_its_own(opencode_env) -
             "api_on_own_ip": "unreachable",
             "own_port_health": 404,
             "own_port_rollouts": 404,
+            "api_sandbox_exec": "unreachable",
+            "own_port_sandbox_exec": 404,
             "own_port_stolen_key": 401,
             "other_ports": ["unreachable"],
         }, out
