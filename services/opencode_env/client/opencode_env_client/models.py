@@ -35,6 +35,13 @@ UNSCORED = frozenset({INFRA_FAILURE, SETUP_FAILED})  # no reward: the policy did
 MAX_TURNS, MAX_COMPLETION_TOKENS, MAX_TOKENS_PER_TURN = 1000, 1_000_000, 131072  # bounds of ``Limits``
 
 
+def normalize_upstream(url: str) -> str:
+    """A base URL without trailing slashes or ``/v1`` (upstream's ``base_url`` ends in ``/v1``): how
+    the service and its clients compare upstreams."""
+    url = url.strip().rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

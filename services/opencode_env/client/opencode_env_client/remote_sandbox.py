@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .client import OpenCodeEnvClient
-from .models import CreatedRollout, Limits, SandboxCommand, Task, Turn
+from .models import CreatedRollout, Limits, SandboxCommand, Task, Turn, normalize_upstream
 
 log = logging.getLogger("opencode_env_client.remote_sandbox")
 
@@ -115,12 +115,6 @@ def upstream_trace_records(trace: dict[str, Any], turns: list[Turn]) -> list[dic
     return records
 
 
-def _base(url: str) -> str:
-    """A base URL without its trailing ``/`` and ``/v1`` (as the service normalises upstreams)."""
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
 class RemoteJob:
     """A background command in the sandbox (upstream's ``BgJob``)."""
 
@@ -189,7 +183,7 @@ class RemoteSandbox:
         self.agent_started = False  # until the first background job: its commands are setup commands
         self.agent_phase_over = False
         self._proxy: _ProxyArgs | None = None
-        self._upstream = _base(client.status(created.rollout_id).upstream_url)
+        self._upstream = normalize_upstream(client.status(created.rollout_id).upstream_url)
         self._lock = threading.Lock()
 
     @property
@@ -241,7 +235,7 @@ class RemoteSandbox:
         return env
 
     def _start_service_proxy(self, proxy: _ProxyArgs) -> ServiceProxyJob:
-        if proxy.upstream_url and _base(proxy.upstream_url) != self._upstream:
+        if proxy.upstream_url and normalize_upstream(proxy.upstream_url) != self._upstream:
             raise ValueError(
                 f"the harness's upstream {proxy.upstream_url!r} is not the one this rollout's model calls go "
                 f"to ({self._upstream!r}): pass upstream_url= to RemoteSandboxBackend"

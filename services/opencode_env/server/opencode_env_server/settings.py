@@ -5,6 +5,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opencode_env_client.models import normalize_upstream
+
 
 @dataclass(frozen=True)
 class Provider:
@@ -185,12 +187,6 @@ def parse_destinations(value: str) -> tuple[tuple[str, int], ...]:
             raise SystemExit(f"SETUP_NETWORK_ALLOW: {entry!r} is not host[:port]")
         destinations.append((host, int(port)))
     return tuple(destinations)
-
-
-def normalize_upstream(url: str) -> str:
-    """A base URL without trailing slashes or ``/v1`` (upstream's ``base_url`` ends in ``/v1``)."""
-    url = url.strip().rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def _switch(value: str) -> bool:
