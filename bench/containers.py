@@ -46,7 +46,7 @@ def pretraining_setup(tag: str, prefix: str) -> Iterator[tuple[str, str]]:
             f"rlstack/inference-cpu:{tag}",
             "/bin/sh",
             "-ec",
-            "python3 -m rlstack_inference.default_model --out /models/default",
+            "python3 -m rlstack_default_model --out /models/default",
         )
         gym = docker(
             "run",

@@ -105,7 +105,7 @@ def main() -> None:
             args.image,
             "python3",
             "-m",
-            "rlstack_inference.default_model",
+            "rlstack_default_model",
             "--out",
             "/models/default",
         )

@@ -87,7 +87,7 @@ def main() -> None:
             f"rlstack/inference-cpu:{args.tag}",
             "python3",
             "-m",
-            "rlstack_inference.default_model",
+            "rlstack_default_model",
             "--out",
             "/models/default",
         )

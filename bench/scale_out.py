@@ -54,7 +54,7 @@ def scripted_inference(tag: str, volume: str) -> str:
         "python3",
         image,
         "-m",
-        "rlstack_inference.default_model",
+        "rlstack_default_model",
     ]
     subprocess.run([*gen, "--out", "/models/a"], check=True, capture_output=True)
     subprocess.run(

@@ -40,8 +40,10 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,t
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,target=/root/.cache/uv \
     /opt/uv/bin/uv pip install --no-deps trl==1.16.0
 COPY services/inference/server /src/inference-server
+COPY services/inference/default_model /src/default-model
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
-    /opt/uv/bin/uv pip install --no-cache --no-deps /src/inference-server && python3 -c "import rlstack_inference"
+    /opt/uv/bin/uv pip install --no-cache --no-deps /src/inference-server /src/default-model \
+ && python3 -c "import rlstack_inference, rlstack_default_model"
 
 ENV PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
     VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=1 \

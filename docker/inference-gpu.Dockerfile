@@ -21,8 +21,6 @@ COPY docker/requirements/inference-gpu.lock /tmp/inference-gpu.lock
 # `vllm --version` needs a GPU to infer the device; importing the package does not.
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,target=/root/.cache/uv \
     /opt/uv/bin/uv pip install --no-deps -r /tmp/inference-gpu.lock && python3 -c "import vllm; print(vllm.__version__)"
-RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,target=/root/.cache/uv \
-    /opt/uv/bin/uv pip install --no-deps trl==1.16.0
 COPY services/inference/server /src/inference-server
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     /opt/uv/bin/uv pip install --no-cache --no-deps /src/inference-server && python3 -c "import rlstack_inference, vllm"

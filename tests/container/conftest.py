@@ -182,7 +182,7 @@ def models_volume(inference_image: str) -> Iterator[str]:
     volume = f"rlstack-test-models-{uuid.uuid4().hex[:8]}"
     subprocess.run(["docker", "volume", "create", volume], check=True, capture_output=True)
     try:
-        gen = ["-m", "rlstack_inference.default_model"]
+        gen = ["-m", "rlstack_default_model"]
         run_in_image(inference_image, volume, *gen, "--out", "/models/a", "--seed", "0")
         run_in_image(
             inference_image, volume, *gen, "--out", "/models/b", "--seed", "1", "--tokenizer-from", "/models/a"

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import reasoning_gym
+import yaml
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
@@ -22,6 +23,7 @@ from tests.container.conftest import (
     CHAIN_SUM_CONFIG,
     GRPO_TEST_ARGS,
     MODEL_NAME,
+    ROOT,
     program,
     run_in_image,
     start_inference,
@@ -596,6 +598,37 @@ def test_pretrain_writes_the_policy_and_the_held_out_set_skips_its_questions(
         "-c",
         "import os\ntry: os.listdir('/models/unlearned')\nexcept OSError as e: print(e)",
     )
+
+
+def test_model_init_as_compose_runs_it_makes_the_fixtures_models(trainer_image, models_volume) -> None:
+    # `make up` runs model-init in the trainer image; the fixtures make the models in inference-cpu's.
+    # The same pins must give the same bytes, or these tests would not test the models users get.
+    service = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["model-init"]
+    assert service["image"].startswith("rlstack/trainer-cpu:")
+    volume = f"rlstack-test-model-init-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["docker", "volume", "create", volume], check=True, capture_output=True)
+    try:
+        subprocess.run(
+            ["docker", "run", "--rm", "-v", f"{volume}:/models", "--entrypoint", service["entrypoint"][0]]
+            + [trainer_image, *service["entrypoint"][1:], *service["command"]],
+            check=True,
+            capture_output=True,
+        )
+
+        def files(volume_name: str, model: str) -> dict[str, str]:
+            manifest = run_in_image(
+                trainer_image,
+                volume_name,
+                "-c",
+                "import sys; print(open(sys.argv[1]).read())",
+                f"{model}/rlstack_model.json",
+            )
+            return json.loads(manifest)["files"]
+
+        assert files(volume, "/models/default") == files(models_volume, "/models/a")
+        assert files(volume, "/models/opencode-policy") == files(models_volume, "/models/opencode-policy")
+    finally:
+        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
 
 
 def test_pretraining_gives_the_same_weights_on_one_core_and_on_two(

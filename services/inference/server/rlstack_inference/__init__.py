@@ -1,1 +1,1 @@
-"""Inference service of the stack: vLLM launcher and the offline default model."""
+"""Inference service of the stack: the vLLM launcher."""

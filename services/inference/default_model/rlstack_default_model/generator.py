@@ -1,16 +1,16 @@
 """Generate the stack's default model offline: a tiny, randomly initialised Qwen3 causal LM.
 
-Deterministic: the same seed and package versions give byte-identical files. The tokenizer is a
-byte-level BPE trained with ``tokenizers`` on a fixed corpus (the source files of the pinned
-``transformers`` and ``vllm`` packages, read in sorted order), with Qwen2's normalizer and
-pre-tokenizer so that transformers and vLLM tokenise alike. The chat template is TRL's Qwen3
-template, byte for byte (TRL recognises it for tool calling); the hermes tool-call tags are
-ordinary (non-special) added tokens, and the embeddings are untied (vLLM's in-place weight reload
-does not refresh a tied lm_head).
+Deterministic: the same seed and package versions give byte-identical files, in the trainer image
+as in the inference images. The tokenizer is a byte-level BPE trained with ``tokenizers`` on a
+fixed corpus (the first 24 million characters of the pinned ``transformers`` package's source
+files, read in sorted order), with Qwen2's normalizer and pre-tokenizer so that transformers and
+vLLM tokenise alike. The chat template is TRL's Qwen3 template, byte for byte (TRL recognises it for
+tool calling); the hermes tool-call tags are ordinary (non-special) added tokens, and the embeddings
+are untied (vLLM's in-place weight reload does not refresh a tied lm_head).
 
-    python -m rlstack_inference.default_model --out /models/default [--seed 0] [--if-missing]
-    python -m rlstack_inference.default_model --out DIR --scripted-tool-call '{"name": "bash", ...}'
-    python -m rlstack_inference.default_model --out DIR --choices 0,1,2 \\
+    python -m rlstack_default_model --out /models/default [--seed 0] [--if-missing]
+    python -m rlstack_default_model --out DIR --scripted-tool-call '{"name": "bash", ...}'
+    python -m rlstack_default_model --out DIR --choices 0,1,2 \\
         --scripted-tool-call '{"name": "answer", "arguments": {"answer": "{choice}"}}'
 
 ``--scripted-tool-call`` makes a test fixture instead: attention and MLP outputs are zeroed so the
@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -34,7 +33,9 @@ QWEN2_SPLIT = (
     r"\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 GENERATOR_VERSION = "2"
-CORPUS_PACKAGES = ("transformers", "vllm")
+# transformers 5.17's sources alone pass CORPUS_BYTES, so the corpus needs no other package (the
+# trainer image has no vLLM, and makes the same tokenizer as the inference images).
+CORPUS_PACKAGES = ("transformers",)
 CORPUS_BYTES = 24_000_000
 VOCAB_SIZE = 32_000
 MAX_POSITION_EMBEDDINGS = 40_960
@@ -307,7 +308,3 @@ def main(argv: list[str] | None = None) -> None:
         f"{manifest['parameters']:,} parameters, seed {manifest['seed']})",
         flush=True,
     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The stack's default model, made offline: ``python -m rlstack_default_model --out DIR``."""
