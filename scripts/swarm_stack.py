@@ -6,7 +6,8 @@
 ``docker compose config`` merges the files and resolves every setting (``.env``, the environment);
 this script then turns what Swarm does not take into what it does:
 - ``build``, ``depends_on``, ``restart`` and the project ``name`` are dropped (Swarm has no start
-  order; ``compose.swarm.yaml`` gives each service a restart policy instead);
+  order; ``compose.swarm.yaml`` gives each service a restart policy instead), and so is
+  ``cpu_shares`` (a Swarm service takes no CPU weight);
 - ``shm_size`` becomes a tmpfs mounted on ``/dev/shm``;
 - published ports are published in ``host`` mode on the node that runs the task (the routing mesh
   needs IPVS, which some kernels lack) and lose their host address (``127.0.0.1`` is a Compose-only
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DROPPED = ("build", "depends_on", "restart", "env_file", "pull_policy")
+DROPPED = ("build", "depends_on", "restart", "env_file", "pull_policy", "cpu_shares")
 RESTART = {"no": "none", "always": "any", "unless-stopped": "any", "on-failure": "on-failure"}
 
 

@@ -27,8 +27,9 @@ CONFIG = {
             "command": None,
         },
         "model-init": {
-            "image": "rlstack/inference-cpu:dev",
+            "image": "rlstack/trainer-cpu:dev",
             "restart": "no",
+            "cpu_shares": 4096,
             "volumes": [{"type": "volume", "source": "models", "target": "/models"}],
         },
         "trainer": {
@@ -51,6 +52,7 @@ def test_compose_only_settings_become_swarm_ones() -> None:
     assert {"type": "tmpfs", "target": "/dev/shm", "tmpfs": {"size": 1073741824}} in inference["volumes"]
     assert inference["deploy"]["restart_policy"] == {"condition": "any"}
     assert stack["services"]["model-init"]["deploy"]["restart_policy"] == {"condition": "none"}
+    assert "cpu_shares" not in stack["services"]["model-init"]  # Swarm's stack files have no CPU weight
     # A policy compose.swarm.yaml sets is kept.
     assert stack["services"]["trainer"]["deploy"]["restart_policy"]["max_attempts"] == 40
     assert stack["networks"] == {"default": {"driver": "overlay", "attachable": True}}

@@ -145,16 +145,18 @@ def _pretrain(config: TrainerConfig, examples: Sequence[tuple[str, str]], out: P
     base = AutoTokenizer.from_pretrained(settings.base)
     tool = answer_tool(rg)
 
-    def render(tokenizer: Any, question: str) -> str:
-        return tokenizer.apply_chat_template(
+    # The new tokenizer keeps base's chat template and special tokens: each prompt is rendered once.
+    rendered = [
+        base.apply_chat_template(
             messages_for(prompt, question),
             tools=[tool],
             tokenize=False,
             add_generation_prompt=True,
             enable_thinking=False,
         )
-
-    corpus = [render(base, q) + completion_text(a) for q, a in examples]
+        for question, _ in examples
+    ]
+    corpus = [text + completion_text(answer) for text, (_, answer) in zip(rendered, examples, strict=True)]
     tokenizer = base.train_new_from_iterator(corpus, vocab_size=settings.vocab_size)
     tokenizer.chat_template = base.chat_template
     model_config = AutoConfig.from_pretrained(settings.base)
@@ -177,13 +179,12 @@ def _pretrain(config: TrainerConfig, examples: Sequence[tuple[str, str]], out: P
     )
 
     rng = random.Random(settings.init_seed)
-    prompts = [tokenizer(render(tokenizer, q)).input_ids for q, _ in examples]
-    clean = [tokenizer(completion_text(a)).input_ids for _, a in examples]
+    prompts = tokenizer(rendered).input_ids
+    clean = tokenizer([completion_text(a) for _, a in examples]).input_ids
     answers = sorted({a for _, a in examples})
-    noisy = [
-        tokenizer(completion_text(rng.choice(answers) if rng.random() < settings.label_noise else a)).input_ids
-        for _, a in examples
-    ]
+    noisy = tokenizer(
+        [completion_text(rng.choice(answers) if rng.random() < settings.label_noise else a) for _, a in examples]
+    ).input_ids
     trainer = _SharedHeadTrainer(model, prompts, model_config.pad_token_id, settings, rng)
     skill_loss = trainer.train(clean, settings.skill_steps, settings.learning_rate, phase="skill")
     noise_loss = trainer.train(noisy, settings.noise_steps, settings.noise_learning_rate, phase="partial")
