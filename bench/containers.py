@@ -43,10 +43,13 @@ def pretraining_setup(tag: str, prefix: str) -> Iterator[tuple[str, str]]:
             "--rm",
             "-v",
             f"{models}:/models",
-            f"rlstack/inference-cpu:{tag}",
-            "/bin/sh",
-            "-ec",
-            "python3 -m rlstack_default_model --out /models/default",
+            "--entrypoint",
+            "python3",
+            f"rlstack/trainer-cpu:{tag}",
+            "-m",
+            "rlstack_default_model",
+            "--out",
+            "/models/default",
         )
         gym = docker(
             "run",

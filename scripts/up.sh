@@ -26,10 +26,11 @@ trap 'rm -f "$services_log"' EXIT
 { docker compose build inference opencode-env && docker compose up --detach --wait inference opencode-env dashboard; } \
   >"$services_log" 2>&1 &
 services=$!
-docker compose up --detach --wait reasoning-gym-env
-phase "reasoning-gym-env healthy"
-# Starts model-init first (the base model), then the pre-training.
+# model-init makes the base model while reasoning-gym-env starts; the pre-training starts once the
+# one is done and the other healthy (policy-init's depends_on).
+docker compose up --detach reasoning-gym-env model-init
 docker compose up --detach policy-init
+phase "base model made, reasoning-gym-env healthy, pre-training started"
 make --no-print-directory urls
 echo "policy-init: pre-training the CPU job's policy (once; docker compose logs -f policy-init)"
 docker compose wait policy-init >/dev/null || { docker compose logs --no-log-prefix --tail 20 policy-init; \

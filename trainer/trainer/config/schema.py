@@ -194,7 +194,7 @@ class PretrainConfig(Section):
         "answer token; 0: none)",
     )
     skill_steps: int = Field(
-        300, ge=1, description="steps of the skill phase (a fixed count: the same policy on every CPU)"
+        250, ge=1, description="steps of the skill phase (a fixed count: the same policy on every CPU)"
     )
     threads: int = Field(
         2, ge=1, description="torch CPU threads (fixed: a parallel sum's rounding follows its thread count)"
