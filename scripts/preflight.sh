@@ -23,4 +23,4 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 echo "make $PURPOSE: this host lacks $joined; provisioning (scripts/provision-docker.sh)"
-exec bash scripts/provision-docker.sh
+PROVISION_FOR=$PURPOSE exec bash scripts/provision-docker.sh

@@ -3,6 +3,8 @@
 # Compose v2 plugin, a running dockerd, debootstrap (the offline base image) and Chromium for the
 # dashboard test. Idempotent: each step is skipped when already done, one line per step. Needs root.
 # `make up` and `make test` run it through scripts/preflight.sh when something is missing; CI too.
+# PROVISION_FOR=up (what `make up` passes) leaves Chromium out: only the tests use it, and it is the
+# largest download on a fresh host's way to its first training step.
 set -euo pipefail
 [ "$(id -u)" -eq 0 ] || { echo "provision: needs root: sudo bash $0" >&2; exit 1; }
 export DEBIAN_FRONTEND=noninteractive
@@ -14,7 +16,7 @@ command -v python3 >/dev/null && python3 -c 'import ensurepip, venv' 2>/dev/null
 command -v dockerd >/dev/null || pkgs+=(docker.io iptables)
 command -v debootstrap >/dev/null || pkgs+=(debootstrap)
 # Debian's Chromium: the end-to-end test loads the training dashboard in a headless browser.
-command -v chromium >/dev/null || pkgs+=(chromium)
+[ "${PROVISION_FOR:-test}" = up ] || command -v chromium >/dev/null || pkgs+=(chromium)
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "provision: apt-get install ${pkgs[*]}"
   apt-get update -qq
