@@ -33,10 +33,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="skill steps timed per run (the log has every 50th)")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    own = f"the machine's own (ATEN_CPU_CAPABILITY={best_capability()}, MKL_CBWR=AUTO)"
+    capability = best_capability()
+    own = f"the machine's own (ATEN_CPU_CAPABILITY={capability}, MKL_CBWR=AUTO)"
     settings = {
         PINNED: [],  # the trainer's default
-        own: ["-e", f"ATEN_CPU_CAPABILITY={best_capability()}", "-e", "MKL_CBWR=AUTO"],
+        own: ["-e", f"ATEN_CPU_CAPABILITY={capability}", "-e", "MKL_CBWR=AUTO"],
     }
     runs: dict[str, list[tuple[float, str]]] = {label: [] for label in settings}
     with pretraining_setup(args.tag, "rlstack-numerics") as (net, models):
