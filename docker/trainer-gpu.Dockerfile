@@ -28,9 +28,12 @@ COPY services/reasoning_gym_env/client /src/reasoning-gym-env-client
 COPY services/opencode_env/client /src/opencode-env-client
 COPY services/inference/client /src/inference-client
 COPY trainer /src/trainer
+# What each GPU path imports: NCCL weight transfer (server mode, AsyncGRPO) and vllm.LLM in process
+# (grpo-gpu-one.yaml's colocate mode); tests/container/test_gpu_path.py also checks vLLM's own
+# requirements against what this image holds.
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     /opt/uv/bin/uv pip install --no-cache --no-deps /src/reasoning-gym-env-client /src/opencode-env-client /src/inference-client /src/trainer \
- && python3 -c "import trainer.jobs.grpo, trainer.jobs.async_grpo, trainer.gpu.nccl_probe, trl.experimental.async_grpo.weight_transfer, trl.generation.vllm_client, vllm.distributed.weight_transfer.nccl_engine, vllm.distributed.weight_transfer.packed_tensor, vllm.utils.network_utils, kernels"
+ && python3 -c "import trainer.jobs.grpo, trainer.jobs.async_grpo, trainer.gpu.nccl_probe, trl.experimental.async_grpo.weight_transfer, trl.generation.vllm_client, trl.generation.vllm_generation, vllm.distributed.weight_transfer.nccl_engine, vllm.distributed.weight_transfer.packed_tensor, vllm.utils.network_utils, kernels; from vllm import LLM, SamplingParams"
 
 # The FA3 kernel is cached outside HF_HOME (KERNELS_CACHE): the hf-cache volume mounted on
 # /cache/huggingface would hide a kernel baked in there as soon as the volume has content.

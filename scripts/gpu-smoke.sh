@@ -15,6 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-preflight.sh
+source scripts/gpu-smoke-jobs.sh
 export BASE_IMAGE=${BASE_IMAGE:-$(scripts/ensure-base-image.sh)}
 logs=${SMOKE_LOG_DIR:-gpu-smoke-logs}
 mkdir -p "$logs"
@@ -100,12 +101,9 @@ else
   exit 1
 fi
 
-# One large step (learning rate 1e-4), so that the probe sees the weights move and then arrive.
-grpo="python3 -m trainer grpo --config \"\$GRPO_CONFIG\" --set grpo.max_steps=1 --set grpo.learning_rate=1e-4
-  --set grpo.logging_steps=1 --set eval.before_after=false --set output_dir=/outputs/smoke-grpo"
-timeout "${SMOKE_STEP_TIMEOUT_S:-1800}" "${compose[@]}" run --rm --no-deps trainer "$grpo" >"$logs/grpo.log" 2>&1
+timeout "${SMOKE_STEP_TIMEOUT_S:-1800}" "${compose[@]}" run --rm --no-deps trainer "$SMOKE_GRPO_JOB" >"$logs/grpo.log" 2>&1
 grpo_rc=$?
-grpo_facts=$(facts /outputs/smoke-grpo)
+grpo_facts=$(facts "$SMOKE_GRPO_OUTPUT")
 if [ "${#gpu_services[@]}" = 4 ]; then
   if [ "$(fact "$grpo_facts" nccl_group)" = formed ]; then
     verdict "NCCL group" PASS "trainer and vLLM joined the weight-sync group"
@@ -128,6 +126,13 @@ if [ "${#gpu_services[@]}" = 4 ]; then
   gaps="max |vLLM - trainer| $(fact "$grpo_facts" gap_before) before the final sync, $(fact "$grpo_facts" gap_after) after"
   if [ "$(fact "$grpo_facts" weights_reached)" = true ]; then
     verdict "weights reached vLLM" PASS "$gaps"
+  elif [ "$(fact "$grpo_facts" weights_moved)" = false ]; then
+    verdict "weights reached vLLM" FAIL "not proven: the step did not move the weights ($gaps)"
+    if [ "$(fact "$grpo_facts" zero_std_groups)" = 1 ]; then
+      echo "gpu-smoke:   diagnosis: every GRPO group of the step scored alike (no learning signal): run the smoke again"
+    else
+      diagnose "$logs/grpo.log" "weight sync: probe|learning_rate" "the step's learning rate or gradient was zero"
+    fi
   else
     verdict "weights reached vLLM" FAIL "the probe's logprobs on vLLM did not follow the trained weights ($gaps)"
     diagnose "$logs/grpo.log" "weight sync: probe|MISMATCH" \
@@ -140,11 +145,10 @@ fi
 if [ "$GPU_ASYNC_GRPO" != on ]; then
   verdict "AsyncGRPO step" SKIP "$([ "${#gpu_services[@]}" = 4 ] && echo 'GPU_ASYNC_GRPO=off' || echo 'one GPU: AsyncGRPO needs two')"
 else
-  async="python3 -m trainer async-grpo --config \"\$ASYNC_GRPO_CONFIG\" --set async_grpo.max_steps=1
-    --set opencode.num_tasks=8 --set output_dir=/outputs/smoke-async"
-  timeout "${SMOKE_STEP_TIMEOUT_S:-1800}" "${compose[@]}" run --rm --no-deps trainer "$async" >"$logs/async-grpo.log" 2>&1
+  timeout "${SMOKE_STEP_TIMEOUT_S:-1800}" "${compose[@]}" run --rm --no-deps trainer "$SMOKE_ASYNC_GRPO_JOB" \
+    >"$logs/async-grpo.log" 2>&1
   rc=$?
-  if [ "$rc" = 0 ] && [ "$(fact "$(facts /outputs/smoke-async)" steps)" = 1 ]; then
+  if [ "$rc" = 0 ] && [ "$(fact "$(facts "$SMOKE_ASYNC_GRPO_OUTPUT")" steps)" = 1 ]; then
     verdict "AsyncGRPO step" PASS "one optimizer step on OpenCode rollouts"
   else
     verdict "AsyncGRPO step" FAIL "exit $rc$([ "$rc" = 124 ] && echo ' (timed out)')"

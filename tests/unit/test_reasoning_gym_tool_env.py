@@ -8,20 +8,32 @@ from trainer.evaluation import questions as held_out
 from trainer.evaluation.generation import messages_for, turn_prefix
 from trainer.evaluation.questions import held_out_questions
 
-SHARED = ReasoningGymConfig(seed=42)
+SHARED = ReasoningGymConfig(seed=42, question_seeds="shared")
+PER_GROUP = ReasoningGymConfig(seed=42)
 PER_ENVIRONMENT = ReasoningGymConfig(seed=42, question_seeds="per_environment")
+# Batch 4, two accumulation steps: a generation batch of 8 completions, four groups of 2.
+GRPO = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 2}
+
+
+def seeds_made(settings: ReasoningGymConfig, count: int) -> list[int]:
+    factory = environment_factory(settings, GRPO["num_generations"])  # TRL's probe instance is the first
+    return [factory().seed for _ in range(count)]
+
+
+def test_per_group_seeds_give_each_group_its_question_and_the_groups_different_ones() -> None:
+    assert PER_GROUP.question_seeds == "per_group"  # the default
+    assert seeds_made(PER_GROUP, 8) == [42, 42, 43, 43, 44, 44, 45, 45]
+    assert training_seeds(PER_GROUP, GRPO) == [42, 43, 44, 45]
 
 
 def test_shared_seeds_walk_one_sequence_in_lock_step() -> None:
-    factory = environment_factory(SHARED)
-    assert [factory().seed for _ in range(4)] == [42, 42, 42, 42]
-    assert training_seeds(SHARED, 4) == [42]
+    assert seeds_made(SHARED, 4) == [42, 42, 42, 42]
+    assert training_seeds(SHARED, GRPO) == [42]
 
 
 def test_per_environment_seeds_give_each_instance_its_own_sequence() -> None:
-    factory = environment_factory(PER_ENVIRONMENT)  # TRL's probe instance is the first one made
-    assert [factory().seed for _ in range(4)] == [42, 43, 44, 45]
-    assert training_seeds(PER_ENVIRONMENT, 4) == [42, 43, 44, 45]
+    assert seeds_made(PER_ENVIRONMENT, 4) == [42, 43, 44, 45]
+    assert training_seeds(PER_ENVIRONMENT, GRPO) == list(range(42, 50))
 
 
 @pytest.mark.parametrize(

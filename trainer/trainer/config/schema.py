@@ -43,11 +43,12 @@ class ReasoningGymConfig(Section):
     num_prompts: int = Field(256, ge=1, description="prompts in the training dataset (one per generation group)")
     prompt: str = Field(PROMPT, description="the user turn every rollout starts from")
     question_prefix: str = Field("\n\n", description="text between the prompt and the question in the user turn")
-    question_seeds: Literal["shared", "per_environment"] = Field(
-        "shared",
-        description="shared: every env instance walks the questions of `seed` in lock step, so each GRPO group "
-        "answers one question; per_environment: instance i walks those of seed + i, so a group's rollouts answer "
-        "different questions (the upstream walkthrough's random seed per instance, made reproducible)",
+    question_seeds: Literal["per_group", "shared", "per_environment"] = Field(
+        "per_group",
+        description="which question each rollout answers: per_group: the completions of a GRPO group share one "
+        "question and a step's groups have different ones; shared: the whole step answers one question; "
+        "per_environment: every completion its own (the upstream walkthrough's random seed per env instance, made "
+        "reproducible; refused with vLLM server-mode generation, which generates one completion set per group)",
     )
     connect_timeout_s: float = Field(10.0, gt=0, description="how long to wait for the WebSocket to open")
     message_timeout_s: float = Field(60.0, gt=0, description="how long to wait for one reply")
@@ -121,6 +122,11 @@ class InferenceConfig(Section):
     model: str | None = Field(
         None, description="model name it serves (default: asked from the service, else the top-level model)"
     )
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description="the dtype the service serves in, when known (the GPU stack sets it): the weight-sync "
+        "probe compares in it",
+    )
 
 
 class WeightSyncConfig(Section):
@@ -136,7 +142,25 @@ class WeightSyncConfig(Section):
         None, description="the same folder as the inference service sees it (default: weights_dir)"
     )
     verify: bool = Field(True, description="check with probe logprobs that the weights reached the server")
-    tolerance: float = Field(0.02, ge=0, description="largest probe logprob difference accepted")
+    tolerance: float | None = Field(
+        None,
+        ge=0,
+        description="largest probe logprob difference accepted after the final sync (the weights arrived); "
+        "default 0.02 against a float32 server, 0.15 against a 16-bit one (inference.dtype)",
+    )
+    min_movement: float | None = Field(
+        None,
+        ge=0,
+        description="smallest probe logprob difference before the final sync that shows the last step moved the "
+        "weights (below it the sync check proves nothing); default 5 x tolerance",
+    )
+
+
+# The weight-sync probe's tolerance by the dtype the server serves in: a float32 server computes what
+# the trainer does up to summation order; a 16-bit one rounds weights and activations (the trainer's
+# side is then computed under autocast to that dtype, still another kernel's rounding).
+PROBE_TOLERANCE = {"float32": 0.02, "bfloat16": 0.15, "float16": 0.15}
+PROBE_MOVEMENT_PER_TOLERANCE = 5.0
 
 
 class CollectConfig(Section):
@@ -310,6 +334,16 @@ class TrainerConfig(Section):
         rg = update.get("reasoning_gym", self.reasoning_gym)
         if rg is not None and rg.seed is None:
             update["reasoning_gym"] = rg.model_copy(update={"seed": self.seed})
+        ws = self.weight_sync
+        tolerance = PROBE_TOLERANCE[self.inference.dtype or "float32"] if ws.tolerance is None else ws.tolerance
+        update["weight_sync"] = ws.model_copy(
+            update={
+                "tolerance": tolerance,
+                "min_movement": PROBE_MOVEMENT_PER_TOLERANCE * tolerance
+                if ws.min_movement is None
+                else ws.min_movement,
+            }
+        )
         training = self.training_fields()
         ev = self.eval
         update["eval"] = ev.model_copy(

@@ -2,16 +2,23 @@
 
 Talks to the reasoning-gym env service only through its OpenEnv client (``reasoning_gym_env``).
 The first ``reset`` of an instance sends the dataset, its config and the seed; later resets are
-bare and move to the next question. With ``question_seeds: shared`` all of TRL's pooled instances
-(one per completion, reset once per generation batch) walk the same question sequence in lock step
-and every GRPO group answers one question; with ``per_environment`` instance i walks seed + i (the
-upstream walkthrough's seed per instance). The reward is the score the server computed.
+bare and move to the next question. TRL pools one instance per completion of a generation batch and
+hands instance i the batch's i-th completion; a batch holds its GRPO groups one after another
+(``num_generations`` completions each), and every instance is reset once per batch. So the seed of
+instance i decides which question it answers (``question_seeds``):
+
+- ``per_group``: instance i walks seed + i // num_generations: the completions of a group answer one
+  question and the groups of a batch answer different ones;
+- ``shared``: every instance walks seed: the whole batch answers one question;
+- ``per_environment``: instance i walks seed + i (the upstream walkthrough's seed per instance):
+  every completion answers its own question, so a group compares answers to different questions.
+
+The reward is the score the server computed.
 
 If the service restarts, the instance reconnects and replays its resets to get back to the same
 question; an answer lost to the restart gives reward ``None`` (TRL ignores the sample) instead of 0.
 """
 
-import functools
 import itertools
 import logging
 import time
@@ -153,28 +160,42 @@ class ReasoningGymToolEnv:
         return self.record.score if self.record.score is not None else 0.0
 
 
-class PerEnvironmentSeeds:
-    """``environment_factory`` for ``question_seeds: per_environment``: the i-th instance TRL makes
-    walks the questions of seed + i."""
+def sequence_seed(settings: ReasoningGymConfig, instance: int, num_generations: int) -> int:
+    """The seed of the question sequence the ``instance``-th env instance TRL makes walks."""
+    if settings.question_seeds == "per_environment":
+        return settings.seed + instance
+    if settings.question_seeds == "per_group":
+        return settings.seed + instance // num_generations
+    return settings.seed
 
-    def __init__(self, settings: ReasoningGymConfig) -> None:
+
+class SeededInstances:
+    """``environment_factory``: the i-th instance TRL makes (its probe instance first, which is also
+    the first of its pool) walks ``sequence_seed(settings, i, num_generations)``."""
+
+    def __init__(self, settings: ReasoningGymConfig, num_generations: int) -> None:
         self.settings = settings
+        self.num_generations = num_generations
         self._made = itertools.count()
 
     def __call__(self) -> ReasoningGymToolEnv:
-        return ReasoningGymToolEnv(self.settings, self.settings.seed + next(self._made))
+        return ReasoningGymToolEnv(self.settings, sequence_seed(self.settings, next(self._made), self.num_generations))
 
 
-def environment_factory(settings: ReasoningGymConfig) -> Callable[[], ReasoningGymToolEnv]:
+def environment_factory(settings: ReasoningGymConfig, num_generations: int) -> Callable[[], ReasoningGymToolEnv]:
     """What TRL's ``environment_factory`` gets for these settings."""
-    if settings.question_seeds == "per_environment":
-        return PerEnvironmentSeeds(settings)
-    return functools.partial(ReasoningGymToolEnv, settings)
+    return SeededInstances(settings, num_generations)
 
 
 # TRL GRPOConfig's defaults of the fields that size a generation batch.
 TRL_DEFAULT_BATCH_SIZE = 8
 TRL_DEFAULT_ACCUMULATION = 1
+TRL_DEFAULT_NUM_GENERATIONS = 8
+
+
+def num_generations(grpo: dict[str, Any]) -> int:
+    """Completions per GRPO group for a GRPO section."""
+    return grpo.get("num_generations", TRL_DEFAULT_NUM_GENERATIONS)
 
 
 def environment_instances(grpo: dict[str, Any]) -> int:
@@ -187,8 +208,7 @@ def environment_instances(grpo: dict[str, Any]) -> int:
     )
 
 
-def training_seeds(settings: ReasoningGymConfig, instances: int) -> list[int]:
-    """The seeds of every question sequence a training run walks."""
-    if settings.question_seeds == "per_environment":
-        return [settings.seed + i for i in range(instances)]
-    return [settings.seed]
+def training_seeds(settings: ReasoningGymConfig, grpo: dict[str, Any]) -> list[int]:
+    """The seeds of every question sequence a training run with this GRPO section walks."""
+    groups = num_generations(grpo)
+    return sorted({sequence_seed(settings, i, groups) for i in range(environment_instances(grpo))})

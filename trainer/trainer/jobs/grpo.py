@@ -3,6 +3,7 @@
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..training.hub import check_hub
 from ..training.outputs import finish, output_dir_of, prepare_output
 from ..training.starting_weights import serve_starting_weights
 from ..training.step_log import StepReporter
-from ..training.trl_args import as_on_cuda_host, trl_fields
+from ..training.trl_args import as_on_cuda_host, first_step_learning_rate, trl_fields
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ class ServerScoreReward:
     """Reward = the score the env server returned for the rollout's answer (None: env failure, ignored).
 
     Also appends what was asked, answered and scored to ``rollouts.jsonl``, so every reward TRL used
-    can be checked against the dataset.
+    can be checked against the dataset, and logs the distinct questions of the generation batch
+    (``questions``: ``num_prompts`` groups answer that many with ``question_seeds: per_group``).
     """
 
     __name__ = "reasoning_gym_score"
@@ -38,22 +40,42 @@ class ServerScoreReward:
         rollouts_path.write_text("")
 
     def __call__(
-        self, completions: list[Any], environments: list[ReasoningGymToolEnv], trainer_state: Any = None, **kwargs: Any
+        self,
+        completions: list[Any],
+        environments: list[ReasoningGymToolEnv],
+        trainer_state: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
     ) -> list[float | None]:
         rewards = [env._reward() for env in environments]
         step = trainer_state.global_step if trainer_state is not None else None
+        if log_metric is not None:
+            log_metric(DISTINCT_QUESTIONS, float(distinct_questions([vars(env.record) for env in environments])))
         with self.rollouts_path.open("a") as f:
             for env, reward in zip(environments, rewards):
                 f.write(json.dumps({"step": step, "reward": reward, **vars(env.record)}) + "\n")
         return rewards
 
 
+# The metric key of the distinct questions a generation batch answered.
+DISTINCT_QUESTIONS = "questions"
+
+
+def distinct_questions(records: list[dict[str, Any]]) -> int:
+    """How many different questions these rollout records (``rollouts.jsonl`` rows) answered."""
+    return len({(r.get("seed"), r.get("question_index"), r.get("question")) for r in records if r.get("question")})
+
+
 def grpo_arguments(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
-    """GRPOConfig fields: the job's common ones, the seed, and the vLLM server when generating there."""
+    """GRPOConfig fields: the job's common ones, the seed, the vLLM server when generating there, and
+    the Hub repository named after the job's output folder (transformers would name it after the
+    checkpoints folder TRL writes into)."""
     fields = trl_fields(config, output_dir)
     fields.setdefault("seed", config.seed)
     if fields.get("use_vllm") and fields.get("vllm_mode") == "server":
         fields.setdefault("vllm_server_base_url", config.inference.url)
+    if fields.get("push_to_hub"):
+        fields.setdefault("hub_model_id", output_dir.name)
     return fields
 
 
@@ -95,14 +117,29 @@ def weight_sync_mode(config: TrainerConfig) -> str:
     return mode
 
 
+def check_question_assignment(config: TrainerConfig) -> None:
+    """Refuse question assignments the generation mode would mis-score: TRL's vLLM server mode
+    generates one prompt per group (``prompts[::num_generations]``), so every completion of a group
+    is an answer to its first instance's question; with ``per_environment`` the others hold another."""
+    grpo = config.training_fields()
+    server = bool(grpo.get("use_vllm")) and grpo.get("vllm_mode", "colocate") == "server"
+    if server and config.reasoning_gym.question_seeds == "per_environment":
+        raise ConfigError(
+            "reasoning_gym.question_seeds: per_environment with grpo.vllm_mode: server would mis-score: vLLM "
+            "generates the group's completions for its first question only; use question_seeds: per_group"
+        )
+
+
 def plan(config: TrainerConfig) -> dict[str, Any]:
     """``--dry-run``: what TRL would be given, from the validated ``GRPOConfig``, without a model, a
     GPU or the services."""
     settings = config.reasoning_gym
+    check_question_assignment(config)
     args = as_on_cuda_host(grpo_config, config, output_dir_of(config))
     dtype = (args.model_init_kwargs or {}).get("dtype", "float32")
     return {
         "job": "grpo",
+        "output_dir": str(output_dir_of(config)),
         "weight_sync": weight_sync_mode(config),
         "eval": config.eval.model_dump(),
         "env": {
@@ -119,6 +156,7 @@ def plan(config: TrainerConfig) -> dict[str, Any]:
             "per_device_train_batch_size": args.per_device_train_batch_size,
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
             "learning_rate": args.learning_rate,
+            "first_step_learning_rate": first_step_learning_rate(args),
             "warmup_steps": args.warmup_steps,
             "max_steps": args.max_steps,
             "optim": getattr(args.optim, "value", args.optim),
@@ -128,6 +166,7 @@ def plan(config: TrainerConfig) -> dict[str, Any]:
             "save_total_limit": args.save_total_limit,
             "save_only_model": args.save_only_model,
             "push_to_hub": args.push_to_hub,
+            "hub_model_id": args.hub_model_id,
         },
         "generation": {
             "use_vllm": args.use_vllm,
@@ -162,13 +201,14 @@ def run(config: TrainerConfig) -> dict[str, Any]:
 
     settings = config.reasoning_gym
     mode = weight_sync_mode(config)
+    check_question_assignment(config)
     prompt = settings.prompt
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": prompt}]}] * settings.num_prompts)
     args = grpo_config(config, output_dir)
     if args.push_to_hub:
         check_hub("grpo", args.hub_model_id)
     instances = args.per_device_train_batch_size * args.steps_per_generation
-    if settings.question_seeds == "per_environment" and environment_instances(config.training_fields()) != instances:
+    if settings.question_seeds != "shared" and environment_instances(config.training_fields()) != instances:
         # The held-out set excludes the questions of one sequence per env instance TRL makes.
         raise RuntimeError(
             f"TRL makes {instances} env instances, not the {environment_instances(config.training_fields())} "
@@ -205,7 +245,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         args=args,
         train_dataset=dataset,
         callbacks=callbacks,
-        environment_factory=environment_factory(settings),
+        environment_factory=environment_factory(settings, args.num_generations),
     )
     trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
     if mode == "nccl":
@@ -231,10 +271,11 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         held_out = before_and_after(before, after)
         if "trackio" in args.report_to:
             log_held_out(config.trackio_project, args.run_name, [(0, before), (trainer.state.global_step, after)])
-    if args.push_to_hub:
+    if args.push_to_hub:  # once, as the walkthrough does (section 8), to <user>/<hub_model_id>
         trainer.push_to_hub(commit_message=f"GRPO fine-tune on reasoning_gym {settings.dataset}")
     return finish(
-        trainer.save_model,
+        # _internal_call: transformers' save_model would push a second time
+        lambda path: trainer.save_model(path, _internal_call=True),
         trainer.state.global_step,
         reporter.records,
         output_dir,

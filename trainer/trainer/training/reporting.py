@@ -12,6 +12,7 @@ STEP_FIELDS = (
     ("loss", "loss {:.3g}"),
     ("kl", "kl {:.3g}"),
     ("completions/mean_length", "len {:.1f}"),
+    ("questions", "{:.0f} questions"),
     ("staleness_max", "staleness {:.0f}"),
     ("logprob_max_diff", "logprob diff {:.1e}"),
 )

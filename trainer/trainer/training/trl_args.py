@@ -34,3 +34,23 @@ def as_on_cuda_host(build: Callable[..., Any], *args: Any) -> Any:
         return build(*args)
     finally:
         training_args.is_torch_bf16_gpu_available = real
+
+
+def first_step_learning_rate(args: Any) -> float | None:
+    """The learning rate TRL's scheduler gives the first optimizer step of ``args`` (a TRL config):
+    0 when warm-up covers it, as ``warmup_steps: 10`` does for a one-step run (None: a run sized by
+    epochs, whose step count depends on the data)."""
+    if args.max_steps <= 0:
+        return None
+    import torch
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.learning_rate)
+    scheduler = get_scheduler(
+        args.lr_scheduler_type,
+        optimizer=optimizer,
+        num_warmup_steps=args.get_warmup_steps(args.max_steps),
+        num_training_steps=args.max_steps,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )
+    return float(scheduler.get_last_lr()[0])
