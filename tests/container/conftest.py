@@ -350,3 +350,16 @@ def opencode_env(
     )
     yield container
     container.stop()
+
+
+def smoke_jobs() -> dict[str, str]:
+    """The job commands and output folders `make gpu-smoke` runs (scripts/gpu-smoke-jobs.sh)."""
+    names = ("SMOKE_GRPO_JOB", "SMOKE_GRPO_OUTPUT", "SMOKE_ASYNC_GRPO_JOB", "SMOKE_ASYNC_GRPO_OUTPUT")
+    out = subprocess.run(
+        ["bash", "-c", "source scripts/gpu-smoke-jobs.sh && printf '%s\\0' " + " ".join(f'"${n}"' for n in names)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return dict(zip(names, out.split("\0")))

@@ -26,6 +26,7 @@ from tests.container.conftest import (
     ROOT,
     program,
     run_in_image,
+    smoke_jobs,
     start_inference,
     start_opencode_env,
     wait_healthy,
@@ -125,23 +126,29 @@ def test_grpo_trains_on_server_scores(trainer_image, models_volume, network, gym
     assert [r["index"] for r in before["modes"]["T=1.0"]["records"]] == [
         r["index"] for r in after["modes"]["T=1.0"]["records"]
     ]
-    training_texts = {
-        e["question"] for e in reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **CHAIN_SUM_CONFIG)
-    }
+    # question_seeds: per_group (the default): batch 16 of 8 generations is two groups; group g walks
+    # slice g of the 64 training questions (the dataset of seed 42 + 32 g, size 32).
+    datasets = {s: reasoning_gym.create_dataset("chain_sum", seed=s, size=32, **CHAIN_SUM_CONFIG) for s in (42, 74)}
+    training_texts = {e["question"] for d in datasets.values() for e in d}
     assert not training_texts & {r["question"] for r in before["modes"]["greedy"]["records"]}
 
     # Every reward TRL used is reasoning-gym's own score of that answer to that question.
-    dataset = reasoning_gym.create_dataset("chain_sum", seed=42, size=64, **CHAIN_SUM_CONFIG)
     rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 3 * 16
     for r in rollouts:
-        entry = dataset[r["question_index"]]
+        entry = datasets[r["seed"]][r["question_index"]]
         assert r["question"] == entry["question"]
-        assert r["reward"] == dataset.score_answer(r["answer"], entry)
-    assert {r["question_index"] for r in rollouts} == {0, 1, 2}  # one question per step: GRPO groups compare alike
+        assert r["reward"] == datasets[r["seed"]].score_answer(r["answer"], entry)
     for m in metrics:
-        step_rewards = [r["reward"] for r in rollouts if r["step"] == m["step"] - 1]
+        step = [r for r in rollouts if r["step"] == m["step"] - 1]
+        # The completions of a group answer one question; the two groups walk different sequences.
+        groups = [step[:8], step[8:]]
+        assert [{r["seed"] for r in g} for g in groups] == [{42}, {74}]
+        assert [len({r["question"] for r in g}) for g in groups] == [1, 1]
+        assert m["questions"] == len({r["question"] for r in step}) == 2
+        step_rewards = [r["reward"] for r in step]
         assert m["reward"] == pytest.approx(sum(step_rewards) / len(step_rewards))
+    assert re.search(rf"step 3/3 \| .*\| {metrics[-1]['questions']:.0f} questions\b", log), log[-2000:]
 
     # The optimizer moved the policy when some answers were right and some wrong.
     assert any(m["reward_std"] > 0 for m in metrics)
@@ -235,14 +242,14 @@ def test_the_walkthrough_config_runs_on_cpu_with_a_question_sequence_per_environ
     assert summary["reward_delta"]["points"] == pytest.approx(
         100 * (summary["reward_delta"]["final"] - summary["reward_delta"]["initial"])
     )
-    # Batch 1 x 4 accumulation: four env instances, instance i walking the questions of seed 42 + i,
-    # so the two rollouts of a GRPO group answer different questions, as in the walkthrough.
+    # Batch 1 x 4 accumulation: four env instances, instance i walking slice i of the 1000 training
+    # questions (seed 42 + 250 i, size 250), so the two rollouts of a GRPO group answer different
+    # questions, as in the walkthrough.
     rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 5 * 4
-    assert {r["seed"] for r in rollouts} == {42, 43, 44, 45}
-    datasets = {
-        s: reasoning_gym.create_dataset("chain_sum", seed=s, size=1000, **WALKTHROUGH_DATASET) for s in range(42, 46)
-    }
+    seeds = [42, 292, 542, 792]
+    assert {r["seed"] for r in rollouts} == set(seeds)
+    datasets = {s: reasoning_gym.create_dataset("chain_sum", seed=s, size=250, **WALKTHROUGH_DATASET) for s in seeds}
     for r in rollouts:
         assert r["question"] == datasets[r["seed"]][r["question_index"]]["question"]
     for step in range(5):
@@ -251,6 +258,40 @@ def test_the_walkthrough_config_runs_on_cpu_with_a_question_sequence_per_environ
     training = {e["question"] for d in datasets.values() for e in d}
     before = json.loads((run / "eval.json").read_text())["evaluations"][0]
     assert not training & {r["question"] for r in before["modes"]["greedy"]["records"]}
+
+
+def test_the_gpu_smokes_grpo_job_runs_through_the_trainers_entrypoint_on_cpu(
+    trainer_image, models_volume, network, gym_env, outputs
+):
+    """The smoke's GRPO command exactly as `make gpu-smoke` hands it to the trainer (compose's
+    entrypoint, /bin/sh -ec), on CPU with the CPU config and a fixture policy: every --set reaches the
+    job, which leaves the facts the smoke decides its step verdicts from."""
+    jobs = smoke_jobs()
+    log = run_trainer(
+        trainer_image,
+        network,
+        outputs,
+        "-ec",
+        jobs["SMOKE_GRPO_JOB"],
+        volumes={models_volume: "/models"},
+        docker_args=["--entrypoint", "/bin/sh", "-e", "GRPO_CONFIG=grpo-cpu.yaml"]
+        + ["-e", "TRAINER_MODEL=/models/answer-policy"],
+    )
+    run = outputs / jobs["SMOKE_GRPO_OUTPUT"].removeprefix("/outputs/")
+    facts = subprocess.run(
+        ["docker", "run", "--rm", "-v", f"{outputs}:/outputs", "--entrypoint", "python3", trainer_image]
+        + ["-m", "trainer.gpu.smoke_report", jobs["SMOKE_GRPO_OUTPUT"]],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    assert "steps=1" in facts, facts
+    assert any(line.startswith("zero_std_groups=") for line in facts), facts
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1]
+    assert metrics[0]["learning_rate"] == pytest.approx(1e-4)  # set, and not zeroed by a warm-up
+    assert not (run / "eval.json").exists()  # eval.before_after=false reached the job
+    assert "finished 1 optimizer steps" in log
 
 
 def test_push_to_hub_fails_at_start_in_one_line_without_the_hub(

@@ -61,7 +61,7 @@ def test_eval_settings_and_seeds_are_checked() -> None:
     with pytest.raises(ConfigError, match="eval.pool"):
         validate({**config, "eval": {"num_questions": 10, "pool": 5}}, "test")
     with pytest.raises(ConfigError, match="equals a training seed"):  # refused before any connection
-        held_out_questions(ReasoningGymConfig(env_url="http://127.0.0.1:9", seed=5), 64, seed=5, count=1, pool=1)
+        held_out_questions(ReasoningGymConfig(env_url="http://127.0.0.1:9", seed=5), seed=5, count=1, pool=1)
 
 
 def test_table_has_a_row_per_mode() -> None:

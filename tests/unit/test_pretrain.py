@@ -67,12 +67,12 @@ def test_held_out_questions_skip_the_models_pretraining_questions(tmp_path: Path
     excluded = pretraining_digests(str(tmp_path))
     assert excluded == {question_digest("p0"), question_digest("p1")}
     assert pretraining_digests("/nonexistent") == set()
-    settings = ReasoningGymConfig(env_url="http://unused", seed=42)
-    questions, skipped = held_out_questions(settings, 2, seed=1042, count=3, pool=6, excluded=excluded)
+    settings = ReasoningGymConfig(env_url="http://unused", seed=42, dataset_size=2)
+    questions, skipped = held_out_questions(settings, seed=1042, count=3, pool=6, excluded=excluded)
     assert [(q.index, q.text) for q in questions] == [(2, "h0"), (4, "h1"), (5, "h2")]
     assert skipped == 3
     with pytest.raises(ConfigError, match="2 pre-training questions"):
-        held_out_questions(settings, 2, seed=1042, count=4, pool=6, excluded=excluded)
+        held_out_questions(settings, seed=1042, count=4, pool=6, excluded=excluded)
 
 
 def test_cpu_numerics_are_pinned_before_torch_loads() -> None:

@@ -4,14 +4,19 @@ Talks to the reasoning-gym env service only through its OpenEnv client (``reason
 The first ``reset`` of an instance sends the dataset, its config and the seed; later resets are
 bare and move to the next question. TRL pools one instance per completion of a generation batch and
 hands instance i the batch's i-th completion; a batch holds its GRPO groups one after another
-(``num_generations`` completions each), and every instance is reset once per batch. So the seed of
-instance i decides which question it answers (``question_seeds``):
+(``num_generations`` completions each), and every instance is reset once per batch. So the question
+sequence instance i walks decides which questions it answers (``question_seeds``):
 
-- ``per_group``: instance i walks seed + i // num_generations: the completions of a group answer one
-  question and the groups of a batch answer different ones;
-- ``shared``: every instance walks seed: the whole batch answers one question;
-- ``per_environment``: instance i walks seed + i (the upstream walkthrough's seed per instance):
-  every completion answers its own question, so a group compares answers to different questions.
+- ``per_group``: one sequence per GRPO group: the completions of a group answer one question and the
+  groups of a batch answer different ones;
+- ``shared``: one sequence for every instance: the whole batch answers one question;
+- ``per_environment``: one sequence per instance (the upstream walkthrough's seed per instance): every
+  completion answers its own question, so a group compares answers to different questions.
+
+The K sequences split the ``dataset_size`` training questions: sequence k is the dataset of seed
+``seed + k * w`` and size ``w = dataset_size // K``. reasoning-gym draws entry j of a seed-s dataset
+from ``Random(s + j)``, so these are consecutive, disjoint slices of the training set of ``seed``: no
+two sequences share a question (datasets of consecutive seeds would, shifted by one entry).
 
 The reward is the score the server computed.
 
@@ -34,6 +39,14 @@ from .errors import EnvUnavailable
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class QuestionSequence:
+    """The questions one env instance walks: the reasoning-gym dataset of this seed and size, in order."""
+
+    seed: int
+    size: int
+
+
 @dataclass
 class AnswerRecord:
     """What one rollout asked and answered, and what the server said about it."""
@@ -51,9 +64,9 @@ class AnswerRecord:
 class ReasoningGymToolEnv:
     """One pooled environment instance (TRL makes one per completion in a generation batch)."""
 
-    def __init__(self, settings: ReasoningGymConfig, seed: int | None = None) -> None:
+    def __init__(self, settings: ReasoningGymConfig, sequence: QuestionSequence | None = None) -> None:
         self._settings = settings
-        self.seed = settings.seed if seed is None else seed  # of the question sequence this instance walks
+        self.sequence = QuestionSequence(settings.seed, settings.dataset_size) if sequence is None else sequence
         self._client: Any = None
         self._resets = 0  # questions served so far: what a reconnect replays
         self.record = AnswerRecord()
@@ -78,7 +91,10 @@ class ReasoningGymToolEnv:
         """Set up the dataset on a new session and move it to the ``count``-th question (1-based)."""
         s = self._settings
         result = self._client.reset(
-            dataset_name=s.dataset, dataset_config=s.dataset_config, seed=self.seed, size=s.dataset_size
+            dataset_name=s.dataset,
+            dataset_config=s.dataset_config,
+            seed=self.sequence.seed,
+            size=self.sequence.size,
         )
         for _ in range(count - 1):
             result = self._client.reset()
@@ -115,7 +131,7 @@ class ReasoningGymToolEnv:
 
     def reset(self, **row: Any) -> str:
         """Start the next episode; ``question_prefix`` and the question are appended to the prompt."""
-        self.record = AnswerRecord(seed=self.seed)
+        self.record = AnswerRecord(seed=self.sequence.seed)
         target = self._resets + 1
         result = self._with_reconnect("reset", lambda fresh: self._reset_to(target) if fresh else self._client.reset())
         self._resets = target
@@ -160,33 +176,6 @@ class ReasoningGymToolEnv:
         return self.record.score if self.record.score is not None else 0.0
 
 
-def sequence_seed(settings: ReasoningGymConfig, instance: int, num_generations: int) -> int:
-    """The seed of the question sequence the ``instance``-th env instance TRL makes walks."""
-    if settings.question_seeds == "per_environment":
-        return settings.seed + instance
-    if settings.question_seeds == "per_group":
-        return settings.seed + instance // num_generations
-    return settings.seed
-
-
-class SeededInstances:
-    """``environment_factory``: the i-th instance TRL makes (its probe instance first, which is also
-    the first of its pool) walks ``sequence_seed(settings, i, num_generations)``."""
-
-    def __init__(self, settings: ReasoningGymConfig, num_generations: int) -> None:
-        self.settings = settings
-        self.num_generations = num_generations
-        self._made = itertools.count()
-
-    def __call__(self) -> ReasoningGymToolEnv:
-        return ReasoningGymToolEnv(self.settings, sequence_seed(self.settings, next(self._made), self.num_generations))
-
-
-def environment_factory(settings: ReasoningGymConfig, num_generations: int) -> Callable[[], ReasoningGymToolEnv]:
-    """What TRL's ``environment_factory`` gets for these settings."""
-    return SeededInstances(settings, num_generations)
-
-
 # TRL GRPOConfig's defaults of the fields that size a generation batch.
 TRL_DEFAULT_BATCH_SIZE = 8
 TRL_DEFAULT_ACCUMULATION = 1
@@ -208,7 +197,37 @@ def environment_instances(grpo: dict[str, Any]) -> int:
     )
 
 
-def training_seeds(settings: ReasoningGymConfig, grpo: dict[str, Any]) -> list[int]:
-    """The seeds of every question sequence a training run with this GRPO section walks."""
-    groups = num_generations(grpo)
-    return sorted({sequence_seed(settings, i, groups) for i in range(environment_instances(grpo))})
+def question_sequences(settings: ReasoningGymConfig, grpo: dict[str, Any]) -> list[QuestionSequence]:
+    """The sequence of each env instance TRL makes for this GRPO section, by instance index."""
+    instances = environment_instances(grpo)
+    if settings.question_seeds == "per_group":
+        keys = [i // num_generations(grpo) for i in range(instances)]
+    elif settings.question_seeds == "per_environment":
+        keys = list(range(instances))
+    else:
+        keys = [0] * instances
+    size = max(1, settings.dataset_size // (max(keys) + 1))
+    return [QuestionSequence(settings.seed + k * size, size) for k in keys]
+
+
+def training_sequences(settings: ReasoningGymConfig, grpo: dict[str, Any]) -> list[QuestionSequence]:
+    """Every distinct question sequence a training run with this GRPO section walks."""
+    return sorted(set(question_sequences(settings, grpo)), key=lambda q: q.seed)
+
+
+class SeededInstances:
+    """``environment_factory``: the i-th instance TRL makes (its probe instance first, which is also
+    the first of its pool) walks the i-th of ``question_sequences``."""
+
+    def __init__(self, settings: ReasoningGymConfig, grpo: dict[str, Any]) -> None:
+        self.settings = settings
+        self.sequences = question_sequences(settings, grpo)
+        self._made = itertools.count()
+
+    def __call__(self) -> ReasoningGymToolEnv:
+        return ReasoningGymToolEnv(self.settings, self.sequences[next(self._made) % len(self.sequences)])
+
+
+def environment_factory(settings: ReasoningGymConfig, grpo: dict[str, Any]) -> Callable[[], ReasoningGymToolEnv]:
+    """What TRL's ``environment_factory`` gets for these settings and this GRPO section."""
+    return SeededInstances(settings, grpo)

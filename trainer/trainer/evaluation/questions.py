@@ -13,6 +13,7 @@ from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
 
 from ..config import ConfigError, ReasoningGymConfig
 from ..envs.errors import EnvUnavailable
+from ..envs.reasoning_gym import QuestionSequence
 
 PRETRAINING_MANIFEST = "rlstack_pretraining.json"  # written into a model folder by ``trainer.jobs.pretrain``
 
@@ -85,25 +86,26 @@ def labelled_questions(settings: ReasoningGymConfig, seed: int, count: int) -> l
 
 def held_out_questions(
     training: ReasoningGymConfig,
-    training_questions: int,
     seed: int,
     count: int,
     pool: int,
     excluded: frozenset[str] = frozenset(),
-    training_seeds: Sequence[int] | None = None,
+    training_sequences: Sequence[QuestionSequence] | None = None,
 ) -> tuple[list[Question], int]:
-    """``count`` questions of the held-out ``seed`` whose text is none of the first
-    ``training_questions`` questions of any sequence the training run walks (``training_seeds``,
-    default the training seed) and whose sha256 is not in ``excluded`` (the policy's pre-training
-    questions); (questions, how many were skipped).
+    """``count`` questions of the held-out ``seed`` whose text is no question of any sequence the
+    training run walks (``training_sequences``, default the training seed's ``dataset_size``
+    questions) and whose sha256 is not in ``excluded`` (the policy's pre-training questions);
+    (questions, how many were skipped).
 
-    Raises ``ConfigError`` when the held-out seed is a training seed or the dataset has too few
-    distinct questions.
+    Raises ``ConfigError`` when the held-out seed is a training sequence's seed or the dataset has too
+    few distinct questions.
     """
-    seeds = [training.seed] if training_seeds is None else list(training_seeds)
-    if seed in seeds:
+    sequences = (
+        [QuestionSequence(training.seed, training.dataset_size)] if training_sequences is None else training_sequences
+    )
+    if seed in {s.seed for s in sequences}:
         raise ConfigError(f"eval.seed ({seed}) equals a training seed: held-out questions must come from another seed")
-    seen = {text for s in seeds for text in _walk(training, s, training.dataset_size, training_questions)}
+    seen = {text for s in sequences for text in _walk(training, s.seed, s.size, s.size)}
     questions, skipped = [], 0
     with contextlib.closing(_walk(training, seed, pool, pool)) as candidates:  # read only as far as needed
         for index, text in enumerate(candidates):

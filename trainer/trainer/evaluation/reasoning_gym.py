@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from ..config import ConfigError, ReasoningGymConfig, TrainerConfig
-from ..envs.reasoning_gym import ReasoningGymToolEnv, training_seeds
+from ..envs.reasoning_gym import ReasoningGymToolEnv, training_sequences
 from .generation import LocalGenerator, turn_prefix
 from .questions import Generate, Question, held_out_questions, pretraining_digests, score_answers
 from .statistics import summary_of
@@ -29,12 +29,11 @@ def held_out_set(config: TrainerConfig, pretrained: frozenset[str] | None = None
     training, ev = config.reasoning_gym, config.eval
     return held_out_questions(
         training,
-        training.dataset_size,
         ev.seed,
         ev.num_questions,
         ev.pool,
         pretraining_digests(config.model or "") if pretrained is None else pretrained,
-        training_seeds(training, config.training_fields()),
+        training_sequences(training, config.training_fields()),
     )
 
 

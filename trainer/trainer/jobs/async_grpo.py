@@ -22,7 +22,7 @@ from ..gpu.device_check import check_training_device
 from ..gpu.token_budget import check_token_budget, served_max_model_len
 from ..training.outputs import finish, output_dir_of, prepare_output
 from ..training.step_log import StepReporter
-from ..training.trl_args import as_on_cuda_host, trl_fields
+from ..training.trl_args import as_on_cuda_host, first_step_learning_rate, trl_fields
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +229,7 @@ def plan(config: TrainerConfig) -> dict[str, Any]:
     args = as_on_cuda_host(async_grpo_config, config, output_dir_of(config), cuda)
     return {
         "job": "async-grpo",
+        "output_dir": str(output_dir_of(config)),
         "tasks": len(selected_tasks(config)),
         "trainer": {
             "dtype": args.dtype,
@@ -237,6 +238,8 @@ def plan(config: TrainerConfig) -> dict[str, Any]:
             "token_budget": args.token_budget,
             "max_staleness": args.max_staleness,
             "learning_rate": args.learning_rate,
+            "first_step_learning_rate": first_step_learning_rate(args),
+            "max_steps": args.max_steps,
             "save_total_limit": args.save_total_limit,
             "save_only_model": args.save_only_model,
         },

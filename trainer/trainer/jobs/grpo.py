@@ -63,7 +63,7 @@ DISTINCT_QUESTIONS = "questions"
 
 def distinct_questions(records: list[dict[str, Any]]) -> int:
     """How many different questions these rollout records (``rollouts.jsonl`` rows) answered."""
-    return len({(r.get("seed"), r.get("question_index"), r.get("question")) for r in records if r.get("question")})
+    return len({r["question"] for r in records if r.get("question")})
 
 
 def grpo_arguments(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
@@ -245,7 +245,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         args=args,
         train_dataset=dataset,
         callbacks=callbacks,
-        environment_factory=environment_factory(settings, args.num_generations),
+        environment_factory=environment_factory(settings, config.training_fields()),
     )
     trainer.remove_callback(PrinterCallback)  # it prints each raw log dict; StepReporter prints one line
     if mode == "nccl":
