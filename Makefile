@@ -21,7 +21,7 @@ preflight: ## check (as root: provision) what make up needs: Docker engine, Comp
 up: preflight wheelhouse ## build what is missing, start the stack, run the default training job (the stack stays up)
 	$(BASE) scripts/up.sh
 
-up-gpu: preflight ## the same on an NVIDIA GPU host: pre-flight, then vLLM + Qwen3-1.7B (two GPUs: NCCL sync; one: colocated)
+up-gpu: preflight ## the same on an NVIDIA GPU host: pre-flight, then vLLM + Qwen3-1.7B (two GPUs: NCCL sync; one: the walkthrough, no vLLM)
 	$(BASE) scripts/up-gpu.sh
 
 gpu-preflight: ## check this host for the GPU stack (driver, GPUs, compute capability, memory) and say which topology

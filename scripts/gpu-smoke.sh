@@ -136,7 +136,7 @@ if [ "${#gpu_services[@]}" = 4 ]; then
   else
     verdict "weights reached vLLM" FAIL "the probe's logprobs on vLLM did not follow the trained weights ($gaps)"
     diagnose "$logs/grpo.log" "weight sync: probe|MISMATCH" \
-      "a bfloat16 server against the float32 trainer differs by ~0.1 (GPU_INFERENCE_DTYPE=float32), else the sync is broken"
+      "the gap after the sync exceeds the tolerance for the dtype the trainer was told the server serves (TRAINER_INFERENCE__DTYPE): a dtype mismatch, else weights that did not arrive"
   fi
 else
   verdict "weights reached vLLM" SKIP "one GPU: no separate vLLM server"

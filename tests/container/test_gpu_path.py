@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 import yaml
 
-from tests.container.conftest import PROGRAMS, ROOT, left_by_project
+from tests.container.conftest import PROGRAMS, ROOT, left_by_project, smoke_jobs
 
 GPU = ["docker", "compose", "-f", "compose.yaml", "-f", "compose.gpu.yaml"]
 ONE_GPU = [*GPU, "-f", "compose.gpu-one.yaml"]
@@ -69,20 +69,29 @@ def test_shipped_env_file_selects_the_gpu_configs(base_image: str) -> None:
     assert config["volumes"]["hf-cache"]["name"] == "rlstack-hf-cache"  # shared, outlives the project
     async_dtype = yaml.safe_load((CONFIGS / "async-grpo-gpu.yaml").read_text())["async_grpo"]["dtype"]
     assert inference["environment"]["DTYPE"] == async_dtype  # no trainer/server precision gap
+    # The weight-sync probe's tolerance follows the dtype the server really serves in.
+    assert trainer["TRAINER_INFERENCE__DTYPE"] == inference["environment"]["DTYPE"]
+    # One NCCL host identity, cuMem off: the weights go over shared memory, not TCP on the bridge.
+    assert trainer["NCCL_HOSTID"] == inference["environment"]["NCCL_HOSTID"] != ""
+    assert trainer["NCCL_CUMEM_ENABLE"] == inference["environment"]["NCCL_CUMEM_ENABLE"] == "0"
 
 
-def test_one_gpu_variant_colocates_vllm_in_the_trainer(base_image: str) -> None:
+def test_one_gpu_variant_runs_the_walkthrough_without_vllm_or_opencode(base_image: str) -> None:
     config = rendered(ONE_GPU, base_image)
     services = config["services"]
-    assert "inference" not in services  # its profile is off
-    assert "depends_on" not in services["opencode-env"]
+    # Their profile is off: AsyncGRPO, the only job that needs them, cannot run on one GPU.
+    assert "inference" not in services
+    assert "opencode-env" not in services
     trainer = services["trainer"]
-    assert set(trainer["depends_on"]) == {"reasoning-gym-env", "opencode-env"}
+    assert set(trainer["depends_on"]) == {"reasoning-gym-env"}
     assert trainer["environment"]["GRPO_CONFIG"] == "grpo-walkthrough.yaml"  # the upstream walkthrough
     assert trainer["environment"]["ASYNC_GRPO"] == "off"
     assert trainer["deploy"]["resources"]["reservations"]["devices"] == [
         {"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["0"]}
     ]
+    # Nothing loads AsyncGRPO's FA3 kernel: the image builds without the Hub download.
+    for name in ("trainer", "dashboard"):
+        assert services[name]["build"]["args"]["PRECACHE_FA3"] == "0", name
 
 
 @pytest.mark.parametrize("command", [GPU, ONE_GPU], ids=["two-gpus", "one-gpu"])
@@ -285,6 +294,61 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
     assert plan["session_factory"]["chat_template_kwargs"] == {"enable_thinking": False}
 
 
+@pytest.mark.parametrize(
+    "job, config, output",
+    [
+        ("SMOKE_GRPO_JOB", "GRPO_CONFIG=grpo-gpu.yaml", "SMOKE_GRPO_OUTPUT"),
+        ("SMOKE_ASYNC_GRPO_JOB", "ASYNC_GRPO_CONFIG=async-grpo-gpu.yaml", "SMOKE_ASYNC_GRPO_OUTPUT"),
+    ],
+    ids=["grpo", "async-grpo"],
+)
+def test_the_smoke_jobs_reach_the_gpu_trainer_whole(gpu_images: dict, job: str, config: str, output: str) -> None:
+    """`make gpu-smoke`'s job lines through the GPU trainer's own shell (/bin/sh -ec, as compose runs
+    them), dry-run: every --set arrives, so the facts the smoke reads land where it looks."""
+    jobs = smoke_jobs()
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "/bin/sh", "-e", config, gpu_images["services"]["trainer"]["image"]]
+        + ["-ec", f"{jobs[job]} --dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["output_dir"] == jobs[output]
+    assert plan["trainer"]["max_steps"] == 1
+    assert plan["trainer"]["first_step_learning_rate"] > 0  # the probe needs the step to move the weights
+    if plan["job"] == "grpo":
+        assert plan["eval"]["before_after"] is False
+
+
+def test_vllm_finds_what_it_requires_in_the_gpu_trainer_image(gpu_images: dict) -> None:
+    """TRL's colocated mode (grpo-gpu-one.yaml) imports vLLM in the trainer: every requirement vLLM
+    declares is installed at a version it accepts, but for the MCP extras vLLM's tool server alone uses."""
+    script = (
+        "import importlib.metadata as m\n"
+        "from packaging.requirements import Requirement\n"
+        "for text in m.requires('vllm') or []:\n"
+        "    r = Requirement(text)\n"
+        "    if r.marker and not r.marker.evaluate({'extra': ''}):\n"
+        "        continue\n"
+        "    try:\n"
+        "        ok = r.specifier.contains(m.version(r.name), prereleases=True)\n"
+        "    except m.PackageNotFoundError:\n"
+        "        ok = False\n"
+        "    if not ok:\n"
+        "        print(r.name)\n"
+    )
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "python3", gpu_images["services"]["trainer"]["image"], "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["mcp"], out.stdout
+
+
 def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> None:
     image = gpu_images["services"]["trainer"]["image"]
     out = dry_run(
@@ -330,6 +394,8 @@ def test_every_sampling_setting_reaches_the_rollout_worker(gpu_images: dict) -> 
     [
         ("grpo", "grpo-gpu.yaml", "weight_sync.mode=checkpoint", "TRL always syncs the weights to vLLM over NCCL"),
         ("grpo", "grpo-cpu.yaml", "weight_sync.mode=nccl", "weight_sync.mode: nccl is TRL's vLLM server mode"),
+        # vLLM server mode scores a group's completions against its first instance's question.
+        ("grpo", "grpo-gpu.yaml", "reasoning_gym.question_seeds=per_environment", "would mis-score"),
         # A before/after evaluation on a server whose weights never change would score one model twice.
         ("grpo", "grpo-cpu.yaml", "eval.generate=inference", "which weight_sync.mode: none never updates"),
         (
