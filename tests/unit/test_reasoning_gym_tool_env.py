@@ -2,8 +2,8 @@
 instance walks, and which training questions the held-out set must avoid."""
 
 import pytest
-from trainer.config import ReasoningGymConfig
 import reasoning_gym
+from trainer.config import ReasoningGymConfig
 from trainer.envs.reasoning_gym import (
     QuestionSequence,
     environment_factory,
