@@ -5,7 +5,9 @@ reasoning-gym env image on a private Docker network: `model-init`'s base model, 
 pre-training (once: it is deterministic), then the GRPO job once per seed. Prints the pre-training
 time, and per seed: held-out accuracy (sampled at the training temperature, and greedy) before and
 after training with the paired 95% interval of the change, the training reward of the first and
-last steps, and wall time per phase (evaluation before, training, evaluation after); then each
+last steps, the distinct questions a training step's rollouts answered (from the job's
+`rollouts.jsonl`; with `question_seeds: per_group`, one per GRPO group), and wall time per phase
+(evaluation before, training, evaluation after); then each
 seed's training reward curve (mean per 10 steps) and on how many seeds each target was met. Targets
 live here, not in tests: +20 points sampled and a greedy gain, every seed; the whole default job
 (with the OpenCode part, `bench/opencode_learning_cpu.py`) within 8 minutes.
@@ -52,6 +54,15 @@ def reward_curve(rewards: list[float], block: int) -> str:
     return " ".join(f"{sum(b) / len(b):.2f}" for b in (rewards[i : i + block] for i in range(0, len(rewards), block)))
 
 
+def questions_per_step(rollouts: Path) -> float:
+    """Mean number of distinct questions the rollouts of one training step answered."""
+    asked: dict[int, set[str]] = {}
+    for line in rollouts.read_text().splitlines():
+        row = json.loads(line)
+        asked.setdefault(row["step"], set()).add(row["question"])
+    return sum(len(q) for q in asked.values()) / max(1, len(asked))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
@@ -90,7 +101,7 @@ def main() -> None:
         )
         print(
             f"{'seed':>5}{'sampled before':>16}{'after':>8}{'change (95% CI)':>24}{'greedy before':>15}{'after':>8}"
-            f"{'reward first/last 3':>21}{'job s':>8}  phases"
+            f"{'reward first/last 3':>21}{'questions/step':>16}{'job s':>8}  phases"
         )
         curves, gains, greedy_gains = {}, {}, {}
         for seed in args.seeds:
@@ -127,6 +138,7 @@ def main() -> None:
                 if run.returncode != 0:
                     raise SystemExit(f"seed {seed}: the job failed:\n{(run.stdout + run.stderr)[-3000:]}")
                 summary = json.loads((Path(out) / "grpo" / "summary.json").read_text())
+                questions = questions_per_step(Path(out) / "grpo" / "rollouts.jsonl")
             held = summary["held_out"]
             sampled, greedy = held[next(m for m in held if m.startswith("T="))], held.get("greedy", {})
             rewards = [r for r in summary["rewards"] if r is not None]
@@ -135,7 +147,7 @@ def main() -> None:
                 f"{seed:>5}{100 * sampled['before']:>15.1f}%{100 * sampled['after']:>7.1f}%"
                 f"{sampled['points']:>+9.1f} ({sampled['ci_low']:+.1f}..{sampled['ci_high']:+.1f})"
                 f"{100 * greedy.get('before', 0):>14.1f}%{100 * greedy.get('after', 0):>7.1f}%"
-                f"{sum(rewards[:n]) / n:>12.3f} / {sum(rewards[-n:]) / n:.3f}{seconds:>8.0f}  "
+                f"{sum(rewards[:n]) / n:>12.3f} / {sum(rewards[-n:]) / n:.3f}{questions:>16.1f}{seconds:>8.0f}  "
                 + ", ".join(f"{k} {v:.0f} s" for k, v in phases(run.stdout + run.stderr).items())
             )
             curves[seed], gains[seed], greedy_gains[seed] = rewards, sampled["points"], greedy.get("points", 0.0)

@@ -10,8 +10,9 @@
 # It runs beside a live `make up-gpu` stack: its own Compose project (rlstack-gpu-smoke), subnet
 # (SMOKE_GPU_SUBNET, 172.29.0.0/24) and trainer address, ports the kernel picks; it refuses up front
 # when those are taken (and the pre-flight fails when the GPUs lack free memory).
-# Needs the Hugging Face Hub for Qwen3-1.7B and the FA3 kernel unless the caches hold them; the
-# caches (the shared hf-cache volume) are kept. Logs: $SMOKE_LOG_DIR (default ./gpu-smoke-logs).
+# Needs the Hugging Face Hub for Qwen3-1.7B unless the cache holds it, and on two GPUs for the FA3
+# kernel the trainer image fetches at build time (one GPU builds without it); the caches (the shared
+# hf-cache volume) are kept. Logs: $SMOKE_LOG_DIR (default ./gpu-smoke-logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-preflight.sh

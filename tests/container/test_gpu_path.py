@@ -241,8 +241,12 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
     assert plan["trainer"]["save_total_limit"] == 2
     assert plan["trainer"]["save_only_model"] is True
 
-    # The walkthrough (one GPU's default), setting for setting, as TRL gets it on a CUDA host.
+    # The walkthrough (one GPU's default), as TRL gets it on a CUDA host.
     walkthrough = json.loads(dry_run(image, "grpo", "grpo-walkthrough.yaml").stdout)
+    # With push_to_hub the repository is named after the job's output folder, not after the
+    # <output_dir>/checkpoints folder TRL writes into (what transformers would name it after).
+    pushed = json.loads(dry_run(image, "grpo", "grpo-walkthrough.yaml", "grpo.push_to_hub=true").stdout)["trainer"]
+    assert (pushed["push_to_hub"], pushed["hub_model_id"]) == (True, "reasoning-gym-chain-sum-Qwen3-1.7B")
     assert walkthrough["env"] == {
         "url": "http://reasoning-gym-env:8000",
         "dataset": "chain_sum",
@@ -298,9 +302,11 @@ def test_trainer_builds_trl_configs_from_the_gpu_yamls_on_cpu(gpu_images: dict) 
     "job, config, output",
     [
         ("SMOKE_GRPO_JOB", "GRPO_CONFIG=grpo-gpu.yaml", "SMOKE_GRPO_OUTPUT"),
+        # One GPU's smoke: the walkthrough's warmup_steps 10 would make a one-step run's rate 0.
+        ("SMOKE_GRPO_JOB", "GRPO_CONFIG=grpo-walkthrough.yaml", "SMOKE_GRPO_OUTPUT"),
         ("SMOKE_ASYNC_GRPO_JOB", "ASYNC_GRPO_CONFIG=async-grpo-gpu.yaml", "SMOKE_ASYNC_GRPO_OUTPUT"),
     ],
-    ids=["grpo", "async-grpo"],
+    ids=["grpo", "grpo-walkthrough", "async-grpo"],
 )
 def test_the_smoke_jobs_reach_the_gpu_trainer_whole(gpu_images: dict, job: str, config: str, output: str) -> None:
     """`make gpu-smoke`'s job lines through the GPU trainer's own shell (/bin/sh -ec, as compose runs

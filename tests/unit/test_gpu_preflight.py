@@ -31,7 +31,7 @@ def test_two_h100_run_both_jobs_on_separate_gpus():
     assert any("vLLM on GPU 0, the trainer on GPU 1" in line for line in verdict.lines)
 
 
-def test_one_a100_runs_grpo_colocated_and_skips_async_grpo():
+def test_one_a100_runs_the_walkthrough_without_vllm_and_skips_async_grpo():
     verdict = verdict_of(A100_40, INFERENCE_GPU="0", TRAINER_GPU="1")  # .env.example's ids do not apply
     assert not verdict.failed, verdict.lines
     assert verdict.topology == "one"

@@ -283,7 +283,7 @@ def plan(gpus: Sequence[Gpu], env: Mapping[str, str]) -> Verdict:
         verdict.fail(
             f"INFERENCE_GPU and TRAINER_GPU are both {trainer_id}: NCCL cannot put the trainer and the "
             "vLLM server of one weight-sync group on the same GPU; give them different GPUs, or set "
-            "GPU_TOPOLOGY=one to run vLLM inside the trainer (GRPO only)"
+            "GPU_TOPOLOGY=one to run the walkthrough on one GPU (GRPO only, no vLLM)"
         )
         return verdict
     verdict.ok(f"topology two: vLLM on GPU {inference_id}, the trainer on GPU {trainer_id} (NCCL weight sync)")
