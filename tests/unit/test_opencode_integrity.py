@@ -4,17 +4,21 @@ allow-list, output comparison modes and request-body bounds."""
 
 import asyncio
 import io
+import json
 import os
 import platform
 import subprocess
 import threading
 
 import pytest
-from opencode_env_client.models import TestCase
+from opencode_env_client.models import RUNNING, Limits, RolloutRequest, Task, TestCase
 from opencode_env_server import inside, tree
 from opencode_env_server.http_limits import BodyRefused, read_body
 from opencode_env_server.processes import kill_uid, processes_of, tasks_of
-from opencode_env_server.proxy import Proxy, refused_fields
+from opencode_env_server.proxy import Proxy, StreamAccumulator, refused_fields
+from opencode_env_server.rollouts import LimitReached, Rollout
+from opencode_env_server.settings import Settings
+from opencode_env_server.trace import TraceStore
 from opencode_env_server.usage import disk_bytes, memory_bytes
 from opencode_env_server.verification import output_matches
 
@@ -113,20 +117,62 @@ def test_the_copy_for_the_checks_carries_files_and_dirs_only(tmp_path, monkeypat
         f.write("raw name")
     stream = io.BytesIO()
     monkeypatch.chdir(work)
-    inside.pack(stream)
+    inside.pack(stream, 1 << 20)
     stream.seek(0)
     monkeypatch.chdir(copy)
-    inside.unpack(stream)
+    inside.unpack(stream, 1 << 20)
     assert sorted(os.listdir(copy)) == sorted(["pkg", "run.sh", os.fsdecode(b"n\xfe")])
     assert (copy / "pkg" / "m.py").read_text() == "x = 1\n"
     assert (copy / "run.sh").stat().st_mode & 4095 == 493
+
+
+def _copy(work, copy, monkeypatch, max_bytes: int) -> bytes:
+    stream = io.BytesIO()
+    monkeypatch.chdir(work)
+    inside.pack(stream, max_bytes)
+    monkeypatch.chdir(copy)
+    inside.unpack(io.BytesIO(stream.getvalue()), max_bytes)
+    return stream.getvalue()
+
+
+def test_a_file_with_many_names_is_copied_once_and_stays_one_file(tmp_path, monkeypatch) -> None:
+    work, copy = tmp_path / "work", tmp_path / "copy"
+    work.mkdir()
+    copy.mkdir()
+    (work / "a").write_bytes(b"x" * 300_000)
+    for i in range(40):  # 40 more names: 12 MB if each were copied in full
+        os.link(work / "a", work / f"b{i}")
+    stream = _copy(work, copy, monkeypatch, 1 << 20)  # one 300 kB file fits a 1 MB bound
+    assert len(stream) < 310_000, len(stream)
+    assert (copy / "b7").read_bytes() == b"x" * 300_000
+    assert os.stat(copy / "b7").st_ino == os.stat(copy / "a").st_ino
+
+
+def test_a_sparse_file_counts_at_its_apparent_size(tmp_path, monkeypatch) -> None:
+    work, copy = tmp_path / "work", tmp_path / "copy"
+    work.mkdir()
+    copy.mkdir()
+    with open(work / "sparse", "wb") as f:
+        f.truncate(64 << 20)  # 64 MB apparent, no block allocated
+    (work / "small").write_text("ok")
+    with pytest.raises(inside.CopyLimit, match="more than 16 MB"):
+        _copy(work, copy, monkeypatch, 16 << 20)
+    assert not (copy / "sparse").exists()  # nothing of it was written
+
+
+def test_unpack_bounds_what_it_writes_and_refuses_links_to_unknown_files(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(inside.CopyLimit):
+        inside.unpack(io.BytesIO(b'{"path": "a", "dir": false, "mode": 420, "size": 9}\n123456789'), 8)
+    with pytest.raises(ValueError, match="not in the stream"):
+        inside.unpack(io.BytesIO(b'{"path": "b", "dir": false, "link": "../../etc/passwd"}\n'), 8)
 
 
 @pytest.mark.parametrize("path", ["../x", "/etc/x", "a/../../x", "./a"])
 def test_unpack_refuses_paths_that_leave_the_copy(tmp_path, monkeypatch, path) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="bad path"):
-        inside.unpack(io.BytesIO(b'{"path": "%s", "dir": false, "mode": 420, "size": 1}\nx' % path.encode()))
+        inside.unpack(io.BytesIO(b'{"path": "%s", "dir": false, "mode": 420, "size": 1}\nx' % path.encode()), 9)
 
 
 @pytest.mark.parametrize(
@@ -223,3 +269,43 @@ def test_request_bodies_are_bounded_in_size_and_pace() -> None:
         assert idle.value.status == 408
 
     asyncio.run(scenario())
+
+
+def test_calls_in_flight_reserve_their_tokens_so_parallel_calls_cannot_overshoot(tmp_path) -> None:
+    settings = Settings(max_concurrent_rollouts=1, agent_prewarm=False, sandbox_root=tmp_path / "sb")
+    limits = Limits(max_completion_tokens=100, max_tokens_per_turn=40)
+    rollout = Rollout(
+        RolloutRequest(task=Task(instruction="x", limits=limits), agent="external"),
+        settings,
+        0,
+        "m",
+        TraceStore(tmp_path / "traces"),
+    )
+    rollout.status = RUNNING
+    granted = [rollout.admit_call(None), rollout.admit_call(30), rollout.admit_call(None)]
+    assert granted == [40, 30, 30]  # the per-turn cap, what was asked, what is left
+    with pytest.raises(LimitReached, match="reserved by this rollout's calls in flight"):
+        rollout.admit_call(None)
+    assert rollout.status == RUNNING  # a parallel call is refused, the rollout goes on
+    rollout.release(40)  # the first call answered with 10 tokens
+    rollout.completion_tokens += 10
+    assert rollout.admit_call(None) == 30  # 100 - 10 used - 60 still reserved
+
+
+def test_a_reply_cut_at_a_stop_string_is_recorded_untrainable() -> None:
+    def sse(*chunks: dict) -> bytes:
+        return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+
+    acc = StreamAccumulator()
+    acc.feed(
+        sse(
+            {"choices": [{"index": 0, "delta": {"content": "ls"}, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "\n```"}]},
+        )
+    )
+    assert acc.response()["choices"][0]["stop_reason"] == "\n```"
+    ended = StreamAccumulator()
+    ended.feed(
+        sse({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop", "stop_reason": None}]})
+    )
+    assert "stop_reason" not in ended.response()["choices"][0]  # an end-of-sequence stop: the reply as it was

@@ -98,8 +98,9 @@ def test_prepare_forces_capture_fields_model_sampling_and_caps_tokens() -> None:
     assert out["max_tokens"] == 256
     assert out["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 5000  # the agent's request is not mutated
-    small = Proxy(http=None).prepare(FakeRollout(), {"messages": [], "max_completion_tokens": 10}, max_tokens=256)  # type: ignore[arg-type]
-    assert small["max_tokens"] == 10
+    # What admit_call granted is the call's max_tokens, whatever the agent asked for.
+    small = Proxy(http=None).prepare(FakeRollout(), {"messages": [], "max_completion_tokens": 10}, max_tokens=7)  # type: ignore[arg-type]
+    assert small["max_tokens"] == 7
     assert "max_completion_tokens" not in small
     assert "top_logprobs" not in out
     assert Proxy(http=None).prepare(FakeRollout(top_logprobs=5), body, max_tokens=8)["top_logprobs"] == 5  # type: ignore[arg-type]

@@ -55,11 +55,21 @@ class _Reply(BaseModel):
 class Limits(_Request):
     """Per-rollout resource bounds."""
 
-    wall_s: float = Field(300.0, gt=0, le=3600, description="wall-clock limit of the agent run")
+    wall_s: float = Field(
+        300.0, gt=0, le=3600, description="wall-clock limit of the agent run, and of the held-out checks together"
+    )
     cpu_s: int = Field(300, gt=0, le=3600, description="CPU seconds per process (RLIMIT_CPU)")
-    memory_mb: int = Field(2048, ge=64, le=65536, description="resident memory of all the rollout's processes")
+    memory_mb: int = Field(
+        2048, ge=64, le=65536, description="resident memory of all the rollout's processes (agent's, then checks')"
+    )
     max_processes: int = Field(256, ge=8, le=4096, description="processes and threads of the rollout's uid")
-    disk_mb: int = Field(256, ge=1, le=65536, description="size of the work dir; also the largest single file")
+    disk_mb: int = Field(
+        256,
+        ge=1,
+        le=65536,
+        description="size of the sandbox (work dir, HOME, TMPDIR), of the checks' copy of the work dir (apparent "
+        "size) with what they write, and of the largest single file",
+    )
     max_turns: int = Field(16, ge=1, le=MAX_TURNS, description="model calls through the proxy")
     max_completion_tokens: int = Field(
         8192, ge=1, le=MAX_COMPLETION_TOKENS, description="completion tokens over all turns"
@@ -255,16 +265,25 @@ class CheckResult(_Reply):
     index: int | None = None  # tests: position in ``Task.tests``
     command: str | None = None  # verify commands
     duration_s: float = 0.0
+    limit: str | None = None  # the rollout limit this check passed and was stopped at (it failed)
+
+
+# How a verification ended: every check ran ("scored"); one passed a limit of the rollout and was
+# stopped, failing it and every check after it ("limit_exceeded": a reward below 1 that says so);
+# no reward ("unscored": the rollout cannot be judged, ``reason`` says why).
+VerificationStatus = Literal["scored", "limit_exceeded", "unscored"]
 
 
 class Verification(_Reply):
-    """``POST /rollouts/{id}/verify``: reward = fraction of checks passed; None when not scorable."""
+    """``POST /rollouts/{id}/verify``: reward = fraction of checks passed; None when not scorable.
+    The same answer for every call: a rollout is verified once."""
 
     reward: float | None
     passed: int
     total: int
     results: list[CheckResult]
-    reason: str | None = None  # why there is no reward
+    reason: str | None = None  # why there is no reward, or which limit stopped the checks
+    status: VerificationStatus = "scored"
 
 
 class RolloutSummary(_Reply):
@@ -326,12 +345,16 @@ class Turn:
     latency_s: float
     weight_version: str | None
     stream: bool
-    trainable: bool  # False for calls without tools (title, summary, compaction)
+    # False for calls without tools (title, summary, compaction) and for replies cut at a stop string.
+    trainable: bool
     prefix_consistent: bool | None = None  # None on the first turn
     upstream_status: int = 200
     upstream_error: str | None = None
     timestamp: float = field(default_factory=time.time)
     completion_tokens: list[str] = field(default_factory=list)  # the sampled tokens' text, one per id
+    # The stop string the engine cut the reply's text at: its completion ids run past the text the
+    # agent received (the next prompt does not extend them), so the turn is not trainable.
+    stopped_at: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -42,7 +42,8 @@ class RolloutCalls(Protocol):
     record_turns: bool
     top_logprobs: int | None
 
-    def admit_call(self) -> int: ...
+    def admit_call(self, requested: int | None = None) -> int: ...
+    def release(self, reserved: int) -> None: ...
     def record(self, turn: Turn) -> None: ...
     def infra_failure(self, message: str) -> None: ...
     def next_turn_index(self) -> int: ...
@@ -206,6 +207,7 @@ class StreamAccumulator:
         self.content: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
 
@@ -238,14 +240,18 @@ class StreamAccumulator:
                 slot["function"]["name"] += function.get("name") or ""
                 slot["function"]["arguments"] += function.get("arguments") or ""
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            self.stop_reason = choice.get("stop_reason", self.stop_reason)
 
     def response(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
         if self.tool_calls:
             message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        choice = {"index": 0, "message": message, "finish_reason": self.finish_reason}
+        if self.stop_reason is not None:
+            choice["stop_reason"] = self.stop_reason
         return {
             "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+            "choices": [choice],
             "usage": self.usage,
         }
 
@@ -301,7 +307,7 @@ class Proxy:
 
     def prepare(self, rollout: RolloutCalls, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
         """The upstream request: the agent's (its allow-listed fields when turns are recorded), with
-        the rollout's model, sampling and token budget."""
+        the rollout's model, sampling and ``max_tokens`` (what ``admit_call`` granted)."""
         forwarded = {k: v for k, v in body.items() if k in AGENT_FIELDS} if rollout.record_turns else dict(body)
         forwarded.update(rollout.sampling)
         forwarded["model"] = rollout.model
@@ -310,15 +316,22 @@ class Proxy:
             forwarded["return_token_ids"] = True
             if rollout.top_logprobs is not None:
                 forwarded["top_logprobs"] = rollout.top_logprobs
-        requested = forwarded.pop("max_completion_tokens", None) or forwarded.get("max_tokens")
-        forwarded["max_tokens"] = min(int(requested), max_tokens) if requested else max_tokens
+        forwarded.pop("max_completion_tokens", None)
+        forwarded["max_tokens"] = max_tokens
         if forwarded.get("stream"):
             forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
         return forwarded
 
     async def relay(self, rollout: RolloutCalls, body: dict[str, Any], send: Send) -> None:
-        """Forward one call for ``rollout``, send the reply back unchanged, then record the turn."""
-        max_tokens = rollout.admit_call()
+        """Forward one call for ``rollout``, send the reply back unchanged, then record the turn; the
+        call holds its share of the token budget until then."""
+        max_tokens = rollout.admit_call(body.get("max_completion_tokens") or body.get("max_tokens"))
+        try:
+            await self._relay(rollout, body, send, max_tokens)
+        finally:
+            rollout.release(max_tokens)
+
+    async def _relay(self, rollout: RolloutCalls, body: dict[str, Any], send: Send, max_tokens: int) -> None:
         forwarded = self.prepare(rollout, body, max_tokens)
         version = functools.partial(
             self.version_of_call, rollout.upstream_url, self.weight_version(rollout.upstream_url)
@@ -362,13 +375,16 @@ class _Call:
         self.began = time.monotonic()
         self.started = False  # response headers sent
 
-    async def _record(self, **fields: Any) -> None:
+    async def _record(self, stop_reason: str | int | None = None, **fields: Any) -> None:
+        # vLLM names the stop string it matched in ``stop_reason`` (a token id for a stop token).
+        stopped_at = stop_reason if isinstance(stop_reason, str) else None
         self.rollout.record(
             Turn(
                 turn=self.index,
                 request=self.forwarded,
                 weight_version=await self.version(time.monotonic()),
-                trainable=self.trainable,
+                trainable=self.trainable and stopped_at is None,
+                stopped_at=stopped_at,
                 **fields,
             )
         )
@@ -385,6 +401,7 @@ class _Call:
             per_token_logps=_logprobs(choice),
             completion_tokens=_token_texts(choice),
             finish_reason=choice.get("finish_reason"),
+            stop_reason=choice.get("stop_reason"),
             latency_s=latency,
             stream=False,
         )
@@ -408,6 +425,7 @@ class _Call:
             per_token_logps=acc.logps,
             completion_tokens=acc.token_texts,
             finish_reason=acc.finish_reason,
+            stop_reason=acc.stop_reason,
             latency_s=time.monotonic() - self.began,
             stream=True,
         )

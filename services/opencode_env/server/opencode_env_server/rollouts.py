@@ -20,7 +20,6 @@ from opencode_env_client.models import (
     STOPPED,
     TIMED_OUT,
     UNSCORED,
-    CheckResult,
     CommandOutcome,
     Limits,
     RolloutRequest,
@@ -36,7 +35,7 @@ from .processes import UidNotEmpty
 from .sandbox import Sandbox, SandboxError, clean_stale
 from .settings import Settings, normalize_upstream
 from .trace import TraceStore, extends
-from .verification import Untrusted, run_checks
+from .verification import Checked, Untrusted, run_checks
 
 log = logging.getLogger("opencode_env_server.rollouts")
 
@@ -114,6 +113,10 @@ class Rollout:
             settings.helper_python,
         )
         self.operations = None  # the SandboxOperations of the sandbox API, made on first use
+        # Held by whatever runs as the seat's verifier uid (the checks, a harness's verifier operations):
+        # each empties that uid before and after it, so two at once would kill each other's processes.
+        self.verifier_lock = asyncio.Lock()
+        self.verifying: asyncio.Task | None = None  # the one verification of this rollout
         # The network of the setup phase (SETUP_NETWORK_ALLOW), None when there is none.
         allowed = settings.setup_network_allow if settings.network_isolation else ()
         self.setup_window = SetupWindow(self.sandbox.uid, allowed) if allowed else None
@@ -122,6 +125,7 @@ class Rollout:
         self.turns: list[Turn] = []
         self._turns_started = 0
         self.completion_tokens = 0
+        self._reserved_tokens = 0  # max_tokens of the calls in flight (admit_call .. release)
         self.agent_exit_code: int | None = None
         self.setup_results: list[CommandOutcome] = []
         self.verification: Verification | None = None
@@ -141,8 +145,11 @@ class Rollout:
         self._turns_started += 1
         return self._turns_started - 1
 
-    def admit_call(self) -> int:
-        """Check the caps before a call; returns the largest max_tokens it may use."""
+    def admit_call(self, requested: int | None = None) -> int:
+        """Check the caps before a call and reserve its share of the completion-token budget: the
+        call's ``max_tokens`` (``requested``, capped by the budget left and the per-turn cap), which
+        it returns. Calls in flight hold their reservations until ``release``, so calls made in
+        parallel cannot together overshoot the budget."""
         if self.status in FINAL:
             raise LimitReached(f"rollout {self.id} is {self.status}")
         if self.first_call_at is None:
@@ -151,11 +158,24 @@ class Rollout:
         if self._turns_started >= self.limits.max_turns:
             self.stop(STOPPED, f"turn limit: {self.limits.max_turns} model calls")
             raise LimitReached(f"turn limit of {self.limits.max_turns} model calls reached")
-        remaining = self.limits.max_completion_tokens - self.completion_tokens
-        if remaining <= 0:
+        left = self.limits.max_completion_tokens - self.completion_tokens
+        if left <= 0:
             self.stop(STOPPED, f"completion token limit: {self.limits.max_completion_tokens}")
             raise LimitReached(f"completion token limit of {self.limits.max_completion_tokens} reached")
-        return min(remaining, self.limits.max_tokens_per_turn)
+        if left - self._reserved_tokens <= 0:
+            raise LimitReached(
+                f"the {left} completion tokens left of {self.limits.max_completion_tokens} are reserved by this "
+                "rollout's calls in flight; call again once one of them has answered"
+            )
+        granted = min(
+            left - self._reserved_tokens, self.limits.max_tokens_per_turn, requested or self.limits.max_tokens_per_turn
+        )
+        self._reserved_tokens += granted
+        return granted
+
+    def release(self, reserved: int) -> None:
+        """Return a finished call's reservation (its tokens are counted by ``record``)."""
+        self._reserved_tokens -= reserved
 
     def record(self, turn: Turn) -> None:
         """Add a finished turn (prefix check against the previous successful one) and persist it;
@@ -551,27 +571,49 @@ class RolloutManager:
 
     async def verify(self, rollout: Rollout) -> Verification:
         """Run the held-out tests in a trusted context (``verification``); reward = fraction passed
-        (None without tests, for an unscored rollout, or when the agent's processes survive)."""
+        (None without tests, for an unscored rollout, or when the agent's processes survive). Once per
+        rollout: concurrent and repeated calls get the same result (a caller that goes away does not
+        stop it)."""
         if rollout.status not in FINAL:
             raise ValueError(f"rollout {rollout.id} is still {rollout.status}; wait for it first")
-        if rollout.verification is None:
-            # The status is final as soon as a limit hits; the agent's processes are gone only once the
-            # runner has finished cleaning up.
-            await asyncio.wait({rollout.runner})
+        task = rollout.verifying
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = rollout.verifying = asyncio.ensure_future(self._verify(rollout))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled() and not asyncio.current_task().cancelling():
+                raise ValueError(f"rollout {rollout.id} was closed while it was being verified") from None
+            raise
+
+    async def _verify(self, rollout: Rollout) -> Verification:
+        # The status is final as soon as a limit hits; the agent's processes are gone only once the
+        # runner has finished cleaning up.
+        await asyncio.wait({rollout.runner})
+        async with rollout.verifier_lock:
+            if rollout.verification is not None:
+                return rollout.verification
             reason = f"not scored: {rollout.status} ({rollout.detail})" if rollout.status in UNSCORED else None
-            results: list[CheckResult] = []
+            checked = Checked()
             if reason is None:
                 try:
-                    results = await run_checks(rollout.sandbox, rollout.check_context, rollout.task)
+                    checked = await run_checks(rollout.sandbox, rollout.check_context, rollout.task)
                 except Untrusted as exc:
                     reason = f"not scored: the agent's processes could not be ended ({exc})"
+            results = checked.results
             passed = sum(r.passed for r in results)
             reward = passed / len(results) if results and reason is None else None
+            if reward is None:
+                status = "unscored"
+            elif checked.limit is not None:
+                status, reason = "limit_exceeded", f"verification stopped at a limit: {checked.limit}"
+            else:
+                status = "scored"
             rollout.verification = Verification(
-                reward=reward, passed=passed, total=len(results), results=results, reason=reason
+                reward=reward, passed=passed, total=len(results), results=results, reason=reason, status=status
             )
             rollout.persist()
-        return rollout.verification
+            return rollout.verification
 
     async def close(self, rollout: Rollout, status: str = STOPPED, detail: str = "closed by the client") -> None:
         """Stop the rollout if needed, delete its sandbox (off the loop) and free its seat (the trace
@@ -582,7 +624,12 @@ class RolloutManager:
         if self.by_key.pop(rollout.key, None) is None:
             return  # closed already
         await asyncio.wait({rollout.runner})  # stopped: it only cleans up now
-        if await asyncio.to_thread(self._empty_seat, rollout):
+        if rollout.verifying is not None and not rollout.verifying.done():
+            rollout.verifying.cancel()  # an unfinished verification is no result (its waiters get 409)
+            await asyncio.wait({rollout.verifying})
+        async with rollout.verifier_lock:  # a harness's verifier operation in flight ends first
+            emptied = await asyncio.to_thread(self._empty_seat, rollout)
+        if emptied:
             self._give_back(rollout)
         else:
             self._background(self._give_back_once_empty(rollout), f"empty-seat-{rollout.seat}")

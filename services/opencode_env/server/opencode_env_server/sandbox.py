@@ -28,6 +28,7 @@ import orjson
 from opencode_env_client.models import CommandOutcome, Limits
 
 from . import landlock, processes, tree, usage
+from .inside import COPY_LIMIT_EXIT
 
 log = logging.getLogger("opencode_env_server.sandbox")
 
@@ -43,7 +44,7 @@ SANDBOX_PATH = "/opt/sandbox-tools/bin:/usr/local/bin:/usr/bin:/bin"
 # the user's site-packages nor the work dir is on it).
 _RUN_INSIDE = (
     f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
-    "from opencode_env_server.inside import main; main(sys.argv[1])"
+    "from opencode_env_server.inside import main; main(*sys.argv[1:])"
 )
 
 
@@ -53,6 +54,10 @@ class SandboxError(RuntimeError):
 
 class HelperKilled(SandboxError):
     """A helper died of a signal: the uid-wide kill that ends a rollout got it."""
+
+
+class CopyTooLarge(SandboxError):
+    """The work dir holds more than its copy may carry (the rollout's ``disk_mb``, apparent size)."""
 
 
 class Sandbox:
@@ -206,10 +211,10 @@ class Sandbox:
                 timed_out=True,
             )
 
-    def helper_argv(self, command: str) -> list[str]:
+    def helper_argv(self, command: str, *args: str) -> list[str]:
         """The command line of one of the ``inside`` helpers (isolated mode: no user site-packages,
         no work-dir module on ``sys.path``)."""
-        return [self.python, "-I", "-c", _RUN_INSIDE, command]
+        return [self.python, "-I", "-c", _RUN_INSIDE, command, *args]
 
     async def _helper(self, command: str, payload: Any) -> bytes:
         """Run an ``inside`` helper as the uid in the work dir with ``payload`` as JSON on stdin; its stdout."""
@@ -277,13 +282,16 @@ class Sandbox:
             log.warning("%s", exc)
 
     async def copy_work_to(self, other: "Sandbox", timeout_s: float = HELPER_TIMEOUT_S) -> None:
-        """Copy this sandbox's work dir (directories and regular files; no links, no ``.git``) into
-        ``other``'s empty one: read by this uid, written by the other's, through a pipe."""
+        """Copy this sandbox's work dir (directories and regular files; no symbolic links, no
+        ``.git``; a file with several names once) into ``other``'s empty one: read by this uid,
+        written by the other's, streamed through a pipe. At most ``disk_mb`` of file content by
+        apparent size (a sparse file counts in full): ``CopyTooLarge`` past that."""
         read, write = os.pipe()
+        bound = str(self.limits.disk_mb * MB)
         try:
-            packer = await self.spawn(self.helper_argv("pack"), self.env(), write, asyncio.subprocess.PIPE)
+            packer = await self.spawn(self.helper_argv("pack", bound), self.env(), write, asyncio.subprocess.PIPE)
             unpacker = await other.spawn(
-                other.helper_argv("unpack"),
+                other.helper_argv("unpack", bound),
                 other.env(),
                 asyncio.subprocess.DEVNULL,
                 asyncio.subprocess.PIPE,
@@ -302,6 +310,8 @@ class Sandbox:
             self.kill_group(packer.pid)
             other.kill_group(unpacker.pid)
             raise SandboxError(f"copying the work dir took longer than {timeout_s:g}s") from None
+        if COPY_LIMIT_EXIT in (packer.returncode, unpacker.returncode):
+            raise CopyTooLarge(_text(packed + unpacked, 600).strip())
         if packer.returncode != 0 or unpacker.returncode != 0:
             raise SandboxError(f"copying the work dir failed: {_text(packed + unpacked, 600)}")
 
@@ -316,28 +326,30 @@ class Sandbox:
         finally:
             os.close(fd)
 
-    def _check_limits(self, with_disk: bool) -> str | None:
+    def over_limits(self, memory: bool = True, disk: bool = True) -> str | None:
+        """Which limit the uid's ``memory`` or the sandbox's ``disk`` is over, if any (blocking: run
+        it off the loop)."""
         try:
-            return self._usage_over_limits(with_disk)
+            return self._usage_over_limits(memory, disk)
         except usage.HiddenFiles as exc:
             return f"memory and disk cannot be counted: {exc}"
         except tree.TreeLimit as exc:
             return f"work dir limit: {exc}"
 
-    def _usage_over_limits(self, with_disk: bool) -> str | None:
-        memory = usage.memory_bytes(self.uid) / MB
-        if memory > self.limits.memory_mb:
-            return f"memory limit: {memory:.0f} MB (resident, memfd, shared memory) > {self.limits.memory_mb} MB"
-        if with_disk and (used := self.disk_bytes() / MB) > self.limits.disk_mb:
+    def _usage_over_limits(self, memory: bool, disk: bool) -> str | None:
+        if memory and (held := usage.memory_bytes(self.uid) / MB) > self.limits.memory_mb:
+            return f"memory limit: {held:.0f} MB (resident, memfd, shared memory) > {self.limits.memory_mb} MB"
+        if disk and (used := self.disk_bytes() / MB) > self.limits.disk_mb:
             return f"disk limit: {used:.0f} MB > {self.limits.disk_mb} MB"
         return None
 
-    async def watch(self, interval_s: float = 0.5) -> str:
-        """Return (and kill everything) once memory or disk passes its limit; run as a task."""
+    async def watch(self, interval_s: float = 0.5, disk_every: int = 4) -> str:
+        """Return (and kill everything) once memory or disk (every ``disk_every`` checks) passes its
+        limit; run as a task."""
         tick = 0
         while True:
             await asyncio.sleep(interval_s)
-            self.violation = await asyncio.to_thread(self._check_limits, tick % 4 == 0)
+            self.violation = await asyncio.to_thread(self.over_limits, True, tick % disk_every == 0)
             tick += 1
             if self.violation:
                 await asyncio.to_thread(self.stop_processes)

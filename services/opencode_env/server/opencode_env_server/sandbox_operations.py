@@ -6,9 +6,12 @@ permission checks apply, as for the agent itself). Once the rollout is final, op
 trusted verification context: the runner has killed every agent process, the work dir is copied
 into a fresh directory of the seat's verifier uid (``verification.enter``), and background jobs are
 refused. So a verifier that runs after the agent never meets a process the agent left, and the
-agent never sees what the verifier writes. Commands marked ``setup`` (upstream's harness: all of
-them before the agent's job starts) may, with SETUP_NETWORK_ALLOW, reach those package indexes while
-each runs; every process of the uid is killed and the network closed when each ends.
+agent never sees what the verifier writes. Each verification-context operation holds the verifier
+uid alone (it waits for the held-out checks of ``/verify`` and for other operations) and runs
+``verification.bounded``: the uid emptied before and after it, the rollout's limits watched.
+Commands marked ``setup`` (upstream's harness: all of them before the agent's job starts) may, with
+SETUP_NETWORK_ALLOW, reach those package indexes while each runs; every process of the uid is
+killed and the network closed when each ends.
 
 With ``RolloutRequest.sandbox_home`` set (upstream's harness: ``/home/user``), that prefix in
 commands, environment values, working directories and paths stands for the context's directories:
@@ -16,9 +19,11 @@ commands, environment values, working directories and paths stands for the conte
 """
 
 import asyncio
+import contextlib
 import re
 import shutil
 import uuid
+from collections.abc import AsyncIterator
 
 from opencode_env_client.models import (
     FINAL,
@@ -35,7 +40,7 @@ from .opencode import OFFLINE_ENV
 from .processes import UidNotEmpty
 from .rollouts import Rollout
 from .sandbox import Sandbox, SandboxError
-from .verification import Untrusted, enter
+from .verification import LimitExceeded, Untrusted, bounded, enter
 
 READ_LIMIT_BYTES = 4 << 20
 SANDBOX_READY_TIMEOUT_S = 60.0
@@ -79,9 +84,12 @@ class SandboxOperations:
         self._alias = re.compile(re.escape(alias) + r"(/workdir)?(?![\w.-])") if alias else None
 
     # --- contexts ------------------------------------------------------------------------------
-    async def context(self) -> tuple[Sandbox, SandboxContext]:
-        """The sandbox operations run in now: the agent's while the rollout runs, the verification
-        context once it is final."""
+    @contextlib.asynccontextmanager
+    async def context(self) -> AsyncIterator[tuple[Sandbox, SandboxContext]]:
+        """The sandbox an operation runs in, for the operation's length: the agent's while the
+        rollout runs; once it is final the verification context, held alone (no check or other
+        verifier operation at the same time: callers wait their turn) and ``bounded`` (the verifier
+        uid emptied before and after, the rollout's limits watched: ``OperationRefused`` 409 past one)."""
         rollout = self.rollout
         waited = 0.0
         while rollout.status == PENDING:  # its sandbox is being made
@@ -95,11 +103,21 @@ class SandboxOperations:
             if self._prepared is None:
                 self._prepared = asyncio.ensure_future(self._prepare())
             await asyncio.shield(self._prepared)
-            return rollout.sandbox, "agent"
-        if self._verification is None:
-            self._verification = asyncio.ensure_future(self._enter_verification())
-        await asyncio.shield(self._verification)
-        return rollout.harness_context, "verification"
+            yield rollout.sandbox, "agent"
+            return
+        async with rollout.verifier_lock:
+            if self._verification is None:
+                self._verification = asyncio.ensure_future(self._enter_verification())
+            await asyncio.shield(self._verification)
+            try:
+                async with bounded(rollout.harness_context):
+                    yield rollout.harness_context, "verification"
+            except Untrusted as exc:
+                raise OperationRefused(409, f"no trusted verification context: {exc}") from None
+            except LimitExceeded as exc:
+                raise OperationRefused(
+                    409, f"stopped at the rollout's limit in the verification context: {exc}"
+                ) from None
 
     async def _prepare(self) -> None:
         """With ``sandbox_home``, make upstream's layout under the home: the directories its install
@@ -146,18 +164,18 @@ class SandboxOperations:
     async def exec(self, command: SandboxCommand) -> SandboxCommandResult:
         """Run a command to completion (killed at its timeout); a setup command with the setup network
         open while it runs, and every process of the uid killed after it."""
-        sandbox, context = await self.context()
-        if command.setup and (context != "agent" or self.jobs):
-            raise OperationRefused(409, "setup commands run only before the rollout's first background job")
-        if not command.setup:
-            return self._result(await self._run(sandbox, context, command), context)
-        async with self._setup_lock:  # one window at a time: each closes what it opened
-            await self.rollout.open_setup_network()
-            try:
-                run = await self._run(sandbox, context, command)
-            finally:
-                await self._end_setup()
-        return self._result(run, context)
+        async with self.context() as (sandbox, context):
+            if command.setup and (context != "agent" or self.jobs):
+                raise OperationRefused(409, "setup commands run only before the rollout's first background job")
+            if not command.setup:
+                return self._result(await self._run(sandbox, context, command), context)
+            async with self._setup_lock:  # one window at a time: each closes what it opened
+                await self.rollout.open_setup_network()
+                try:
+                    run = await self._run(sandbox, context, command)
+                finally:
+                    await self._end_setup()
+            return self._result(run, context)
 
     async def _run(self, sandbox: Sandbox, context: SandboxContext, command: SandboxCommand) -> CommandOutcome:
         return await sandbox.run(
@@ -176,29 +194,29 @@ class SandboxOperations:
 
     async def write(self, path: str, content: str) -> SandboxFile:
         """Write a text file as the context's uid (parent directories made)."""
-        sandbox, context = await self.context()
-        run = await self._file_script(sandbox, WRITE_SCRIPT, path, stdin=content)
-        if run.exit_code != 0:
-            raise OperationRefused(409, f"cannot write {path!r}: {run.stderr.strip()[-500:]}")
-        return SandboxFile(path=path, exists=True, context=context)
+        async with self.context() as (sandbox, context):
+            run = await self._file_script(sandbox, WRITE_SCRIPT, path, stdin=content)
+            if run.exit_code != 0:
+                raise OperationRefused(409, f"cannot write {path!r}: {run.stderr.strip()[-500:]}")
+            return SandboxFile(path=path, exists=True, context=context)
 
     async def read(self, path: str) -> SandboxFile:
         """Read a text file as the context's uid (at most ``READ_LIMIT_BYTES``)."""
-        sandbox, context = await self.context()
-        run = await self._file_script(sandbox, READ_SCRIPT, path, output_bytes=READ_LIMIT_BYTES + 1)
-        if run.exit_code == MISSING:
-            return SandboxFile(path=path, exists=False, context=context)
-        if run.exit_code != 0:
-            raise OperationRefused(409, f"cannot read {path!r}: {run.stderr.strip()[-500:]}")
-        if len(run.stdout.encode()) > READ_LIMIT_BYTES:
-            raise OperationRefused(413, f"{path!r} is larger than {READ_LIMIT_BYTES} bytes")
-        return SandboxFile(path=path, exists=True, content=run.stdout, context=context)
+        async with self.context() as (sandbox, context):
+            run = await self._file_script(sandbox, READ_SCRIPT, path, output_bytes=READ_LIMIT_BYTES + 1)
+            if run.exit_code == MISSING:
+                return SandboxFile(path=path, exists=False, context=context)
+            if run.exit_code != 0:
+                raise OperationRefused(409, f"cannot read {path!r}: {run.stderr.strip()[-500:]}")
+            if len(run.stdout.encode()) > READ_LIMIT_BYTES:
+                raise OperationRefused(413, f"{path!r} is larger than {READ_LIMIT_BYTES} bytes")
+            return SandboxFile(path=path, exists=True, content=run.stdout, context=context)
 
     async def exists(self, path: str) -> SandboxFile:
         """Whether ``path`` exists, as the context's uid sees it."""
-        sandbox, context = await self.context()
-        run = await self._file_script(sandbox, EXISTS_SCRIPT, path)
-        return SandboxFile(path=path, exists=run.exit_code == 0, context=context)
+        async with self.context() as (sandbox, context):
+            run = await self._file_script(sandbox, EXISTS_SCRIPT, path)
+            return SandboxFile(path=path, exists=run.exit_code == 0, context=context)
 
     async def _end_setup(self) -> None:
         try:
@@ -219,21 +237,23 @@ class SandboxOperations:
 
     async def start_job(self, command: SandboxCommand) -> SandboxJob:
         """Start a background command as the agent's uid (only while the rollout runs)."""
-        sandbox, context = await self.context()
-        if context != "agent":
-            raise OperationRefused(409, f"rollout {self.rollout.id} is {self.rollout.status}: no background jobs now")
-        devnull = asyncio.subprocess.DEVNULL
-        async with self._setup_lock:  # never while a setup command has the network
-            process = await sandbox.spawn(
-                ["bash", "-c", self.mapped(command.command, sandbox)],
-                self._env(sandbox, context, command.env),
-                devnull,
-                devnull,
-                cwd=self._cwd(sandbox, command.cwd),
-            )
-        job_id = uuid.uuid4().hex[:16]
-        self.jobs[job_id] = process
-        return SandboxJob(job_id=job_id, pid=process.pid, running=True)
+        async with self.context() as (sandbox, context):
+            if context != "agent":
+                raise OperationRefused(
+                    409, f"rollout {self.rollout.id} is {self.rollout.status}: no background jobs now"
+                )
+            devnull = asyncio.subprocess.DEVNULL
+            async with self._setup_lock:  # never while a setup command has the network
+                process = await sandbox.spawn(
+                    ["bash", "-c", self.mapped(command.command, sandbox)],
+                    self._env(sandbox, context, command.env),
+                    devnull,
+                    devnull,
+                    cwd=self._cwd(sandbox, command.cwd),
+                )
+            job_id = uuid.uuid4().hex[:16]
+            self.jobs[job_id] = process
+            return SandboxJob(job_id=job_id, pid=process.pid, running=True)
 
     def _job(self, job_id: str) -> asyncio.subprocess.Process:
         if job_id not in self.jobs:

@@ -1,31 +1,46 @@
-"""Held-out checks in a context the agent could not prepare.
+"""Held-out checks in a context the agent could not prepare, bounded like the agent phase.
 
 When the agent is done: every process of its uid is killed until ``/proc`` shows none left, and
 its System V objects are removed. The checks then run in a fresh sandbox of the seat's *verifier*
 uid (``VERIFIER_UID_BASE + seat``, a uid no agent ever runs as; its network is closed entirely):
 its own HOME and TMPDIR, a clean environment with PATH fixed by the service, no user site-packages,
 no shell start-up files, no git configuration but the repository's. The agent's work dir reaches
-the checks as a copy of its directories and regular files only (no links, no ``.git``), read as the
-agent's uid and written as the verifier's; nothing else the agent left (its HOME, TMPDIR, processes)
-is in play. Each check's command is a root-owned script, never in an environment variable.
+the checks as a copy of its directories and regular files only (no links, no ``.git``, a file with
+several names once, at most ``disk_mb`` by apparent size), read as the agent's uid and written as
+the verifier's; nothing else the agent left (its HOME, TMPDIR, processes) is in play.
+
+Each check (and each operation of a harness's verifier, ``sandbox_operations``) runs ``bounded``:
+the verifier uid is emptied before and after it (the same thread-level ``/proc`` proof as the
+agent's uid), the rollout's memory and disk limits are watched while it runs (the disk of the whole
+verification directory, the copy included, against ``disk_mb``), its command is a root-owned script
+that exists only while it runs, and all checks together get the rollout's ``wall_s``. A check that
+passes a limit is stopped with the rest of the uid, fails, and ends the verification: it and every
+check after it count as failed and the verification's status is ``limit_exceeded``.
 
 What remains: a check that imports or executes the agent's code runs that code inside the check,
 which can then do anything the check can (exit 0, patch the test framework, read the check's own
-files). Output-compared tests (``Task.tests``) are the kind it cannot fool: the expected output
-never enters a sandbox, the service compares.
+files, leave files in the work dir for later checks). Output-compared tests (``Task.tests``) are the
+kind it cannot fool: the expected output never enters a sandbox, the service compares.
 """
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from opencode_env_client.models import CheckResult, CommandOutcome, Task, TestCase
 
 from . import usage
 from .processes import UidNotEmpty
-from .sandbox import Sandbox, SandboxError
+from .sandbox import CopyTooLarge, Sandbox, SandboxError
 
 log = logging.getLogger("opencode_env_server.verification")
 CHECK_LOG_CHARS = 2000
+# The checks' watchdog looks more often than the agent's (a check is short, and its context small):
+# memory every 0.25 s, disk every 0.5 s.
+WATCH_INTERVAL_S = 0.25
+WATCH_DISK_EVERY = 2
 
 
 def check_env(context: Sandbox) -> dict[str, str]:
@@ -56,35 +71,71 @@ def output_matches(case: TestCase, stdout: str) -> bool:
     return stdout.strip() == expected.strip()
 
 
-def _result(kind: str, passed: bool, run: CommandOutcome, **where) -> CheckResult:
+def _result(kind: str, passed: bool, run: CommandOutcome, limit: str | None = None, **where) -> CheckResult:
     return CheckResult(
         kind=kind,
-        passed=passed,
+        passed=passed and limit is None,
         exit_code=run.exit_code,
         timed_out=run.timed_out,
         stdout=run.stdout[-CHECK_LOG_CHARS:],
         stderr=run.stderr[-CHECK_LOG_CHARS:],
         duration_s=run.duration_s,
+        limit=limit,
         **where,
     )
 
 
-def _all_failed(task: Task, reason: str) -> list[CheckResult]:
-    """Every check failed for ``reason`` (the work dir could not be carried over to them)."""
-    run = CommandOutcome(command="", exit_code=None, stdout="", stderr=reason, duration_s=0.0)
-    return [_result("test", False, run, index=i) for i in range(len(task.tests))] + [
-        _result("command", False, run, command=c) for c in task.verify_commands
+@dataclass(frozen=True)
+class Check:
+    """One held-out check: how it is reported and what it runs."""
+
+    kind: str
+    command: str
+    script: str  # the name of its root-owned script, beside the work dir while it runs
+    where: dict
+    stdin: str = ""
+    case: TestCase | None = None  # an output-compared test's case
+
+    def result(self, run: CommandOutcome, limit: str | None = None) -> CheckResult:
+        passed = run.exit_code == 0 and (self.case is None or output_matches(self.case, run.stdout))
+        return _result(self.kind, passed, run, limit, **self.where)
+
+
+def checks_of(task: Task) -> list[Check]:
+    """``task``'s held-out checks in the order they run: its tests, then its verify commands."""
+    tests = [
+        Check("test", task.test_command, "test.sh", {"index": i}, case.stdin, case) for i, case in enumerate(task.tests)
     ]
+    commands = [Check("command", c, f"verify-{i}.sh", {"command": c}) for i, c in enumerate(task.verify_commands)]
+    return tests + commands
+
+
+def _not_run(checks: list[Check], reason: str, limit: str | None = None) -> list[CheckResult]:
+    """``checks`` failed without running (or without ending), for ``reason``."""
+    run = CommandOutcome(command="", exit_code=None, stdout="", stderr=reason, duration_s=0.0)
+    return [_result(c.kind, False, run, limit, **c.where) for c in checks]
+
+
+@dataclass
+class Checked:
+    """What the checks gave: one result per check, and the limit verification was stopped at."""
+
+    results: list[CheckResult] = field(default_factory=list)
+    limit: str | None = None
 
 
 class Untrusted(RuntimeError):
-    """The checks cannot run in a trusted context (the agent's processes survive): no reward."""
+    """The checks cannot run in a trusted context (a uid's processes survive): no reward."""
+
+
+class LimitExceeded(RuntimeError):
+    """What ran in a verification context passed one of the rollout's limits and was stopped."""
 
 
 async def enter(agent: Sandbox, context: Sandbox) -> None:
     """Make ``context`` (the seat's verifier uid) the trusted place to judge ``agent``'s work: every
     process of the agent's uid killed, a fresh directory, a copy of the work dir. Raises ``Untrusted``
-    if the agent's uid cannot be emptied, ``SandboxError`` if the work dir cannot be copied."""
+    if a uid cannot be emptied, ``CopyTooLarge`` or ``SandboxError`` if the work dir cannot be copied."""
     try:
         await asyncio.to_thread(agent.kill_all)
         await asyncio.to_thread(context.create)
@@ -94,30 +145,79 @@ async def enter(agent: Sandbox, context: Sandbox) -> None:
     await agent.copy_work_to(context)
 
 
-async def run_checks(agent: Sandbox, context: Sandbox, task: Task) -> list[CheckResult]:
+@contextlib.asynccontextmanager
+async def bounded(context: Sandbox) -> AsyncIterator[None]:
+    """Run the body as the only thing of ``context``'s uid, under the rollout's memory and disk
+    limits: the uid emptied before and after (its processes, then its System V objects), a watchdog
+    meanwhile (it kills the uid at a limit), and disk measured once more at the end.
+    Raises ``Untrusted`` if the uid cannot be emptied, ``LimitExceeded`` (after the body) if a limit
+    was passed."""
+    try:
+        await asyncio.to_thread(context.kill_all)
+        context.violation = None
+        watchdog = asyncio.create_task(context.watch(WATCH_INTERVAL_S, WATCH_DISK_EVERY))
+        try:
+            yield
+        finally:
+            watchdog.cancel()
+            await asyncio.to_thread(context.kill_all)
+            await asyncio.to_thread(usage.remove_sysv_objects, context.uid)  # they outlive processes
+    except UidNotEmpty as exc:
+        raise Untrusted(str(exc)) from None
+    # The uid is empty now: what it still holds is on disk.
+    violation = context.violation or await asyncio.to_thread(context.over_limits, False, True)
+    if violation:
+        raise LimitExceeded(violation)
+
+
+async def run_checks(agent: Sandbox, context: Sandbox, task: Task) -> Checked:
     """Run ``task``'s held-out checks on ``agent``'s work dir in the fresh ``context`` (the seat's
-    verifier uid), then remove the context. Raises ``Untrusted`` if the agent's uid cannot be emptied."""
-    if not task.tests and not task.verify_commands:
-        return []
+    verifier uid), each ``bounded`` and all within ``wall_s``, then remove the context. Raises
+    ``Untrusted`` if a uid cannot be emptied."""
+    checks = checks_of(task)
+    if not checks:
+        return Checked()
     try:
         try:
             await enter(agent, context)
+        except CopyTooLarge as exc:
+            limit = f"work dir copy: {exc}"
+            return Checked(_not_run(checks, limit, limit), limit)
         except SandboxError as exc:
-            return _all_failed(task, f"the work dir could not be copied to the checks: {exc}")
-        env = check_env(context)
-        results = []
-        if task.tests:
-            script = _script(context, "test.sh", task.test_command)
-            for i, case in enumerate(task.tests):
-                run = await context.run(task.test_command, task.test_timeout_s, stdin=case.stdin, env=env, argv=script)
-                results.append(_result("test", run.exit_code == 0 and output_matches(case, run.stdout), run, index=i))
-        for i, command in enumerate(task.verify_commands):
-            script = _script(context, f"verify-{i}.sh", command)
-            run = await context.run(command, task.test_timeout_s, env=env, argv=script)
-            results.append(_result("command", run.exit_code == 0, run, command=command))
-        return results
+            return Checked(_not_run(checks, f"the work dir could not be copied to the checks: {exc}"))
+        return await _run_all(context, task, checks)
     finally:
         await asyncio.to_thread(_remove, context)
+
+
+async def _run_all(context: Sandbox, task: Task, checks: list[Check]) -> Checked:
+    env = check_env(context)
+    checked = Checked()
+    try:
+        async with asyncio.timeout(task.limits.wall_s):
+            for check in checks:
+                try:
+                    async with bounded(context):
+                        argv = _script(context, check.script, check.command)
+                        try:
+                            run = await context.run(
+                                check.command, task.test_timeout_s, stdin=check.stdin, env=env, argv=argv
+                            )
+                        finally:
+                            (context.dir / check.script).unlink(missing_ok=True)
+                except LimitExceeded as exc:
+                    checked.limit = str(exc)
+                    checked.results.append(check.result(run, checked.limit))
+                    break
+                checked.results.append(check.result(run))
+    except TimeoutError:  # ``bounded`` has emptied the uid on the way out
+        checked.limit = f"wall-clock limit: the checks took longer than {task.limits.wall_s:g}s"
+        stopped = checks[len(checked.results)]
+        checked.results += _not_run([stopped], "stopped at the wall-clock limit", checked.limit)
+    if checked.limit is not None:
+        done = len(checked.results)
+        checked.results += _not_run(checks[done:], f"not run: verification stopped at a limit ({checked.limit})")
+    return checked
 
 
 def _script(context: Sandbox, name: str, command: str) -> list[str]:
