@@ -70,6 +70,15 @@ class OperationRefused(RuntimeError):
         self.status = status
 
 
+def _refusal(exc: Exception) -> OperationRefused:
+    """The 409 of an operation whose verification context cannot be entered or held."""
+    if isinstance(exc, Untrusted):
+        return OperationRefused(409, f"no trusted verification context: {exc}")
+    if isinstance(exc, LimitExceeded):
+        return OperationRefused(409, f"stopped at the rollout's limit in the verification context: {exc}")
+    return OperationRefused(409, f"the work dir could not be copied to the verification context: {exc}")
+
+
 class SandboxOperations:
     """The sandbox API of one rollout (kept on ``rollout.operations``)."""
 
@@ -112,12 +121,8 @@ class SandboxOperations:
             try:
                 async with bounded(rollout.harness_context):
                     yield rollout.harness_context, "verification"
-            except Untrusted as exc:
-                raise OperationRefused(409, f"no trusted verification context: {exc}") from None
-            except LimitExceeded as exc:
-                raise OperationRefused(
-                    409, f"stopped at the rollout's limit in the verification context: {exc}"
-                ) from None
+            except (Untrusted, LimitExceeded) as exc:
+                raise _refusal(exc) from None
 
     async def _prepare(self) -> None:
         """With ``sandbox_home``, make upstream's layout under the home: the directories its install
@@ -139,12 +144,8 @@ class SandboxOperations:
         await asyncio.wait({rollout.runner})  # the runner kills the agent's processes as the rollout ends
         try:
             await enter(rollout.sandbox, rollout.harness_context)
-        except Untrusted as exc:
-            raise OperationRefused(409, f"no trusted verification context: {exc}") from None
-        except SandboxError as exc:
-            raise OperationRefused(
-                409, f"the work dir could not be copied to the verification context: {exc}"
-            ) from None
+        except (Untrusted, SandboxError) as exc:
+            raise _refusal(exc) from None
 
     # --- mapping ---------------------------------------------------------------------------------
     def mapped(self, text: str, sandbox: Sandbox) -> str:
