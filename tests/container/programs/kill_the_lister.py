@@ -10,7 +10,7 @@ if os.fork() == 0:  # try to SIGKILL the first file-listing helper (it runs as t
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
-                if cmdline.endswith(b"inside import main; main(sys.argv[1])\x00list\x00"):
+                if cmdline.endswith(b"inside import main; main(*sys.argv[1:])\x00list\x00"):
                     try:
                         os.kill(int(pid), 9)
                         open("killed", "w").write(pid)
