@@ -162,14 +162,13 @@ class Rollout:
         if left <= 0:
             self.stop(STOPPED, f"completion token limit: {self.limits.max_completion_tokens}")
             raise LimitReached(f"completion token limit of {self.limits.max_completion_tokens} reached")
-        if left - self._reserved_tokens <= 0:
+        available = left - self._reserved_tokens
+        if available <= 0:
             raise LimitReached(
                 f"the {left} completion tokens left of {self.limits.max_completion_tokens} are reserved by this "
                 "rollout's calls in flight; call again once one of them has answered"
             )
-        granted = min(
-            left - self._reserved_tokens, self.limits.max_tokens_per_turn, requested or self.limits.max_tokens_per_turn
-        )
+        granted = min(available, self.limits.max_tokens_per_turn, requested or self.limits.max_tokens_per_turn)
         self._reserved_tokens += granted
         return granted
 

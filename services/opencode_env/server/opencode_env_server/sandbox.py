@@ -349,7 +349,7 @@ class Sandbox:
         tick = 0
         while True:
             await asyncio.sleep(interval_s)
-            self.violation = await asyncio.to_thread(self.over_limits, True, tick % disk_every == 0)
+            self.violation = await asyncio.to_thread(self.over_limits, disk=tick % disk_every == 0)
             tick += 1
             if self.violation:
                 await asyncio.to_thread(self.stop_processes)

@@ -165,7 +165,7 @@ async def bounded(context: Sandbox) -> AsyncIterator[None]:
     except UidNotEmpty as exc:
         raise Untrusted(str(exc)) from None
     # The uid is empty now: what it still holds is on disk.
-    violation = context.violation or await asyncio.to_thread(context.over_limits, False, True)
+    violation = context.violation or await asyncio.to_thread(context.over_limits, memory=False)
     if violation:
         raise LimitExceeded(violation)
 
