@@ -10,7 +10,7 @@ BASE = BASE_IMAGE="$$(scripts/ensure-base-image.sh)"
 
 GPU_COMPOSE = docker compose -f compose.yaml -f compose.gpu.yaml
 
-.PHONY: help preflight up up-gpu urls down logs build build-gpu wheelhouse base-images venv lint format test test-unit test-container test-swarm bench lock gpu-smoke gpu-preflight swarm-up swarm-down
+.PHONY: help preflight up up-gpu urls down logs build build-gpu wheelhouse base-images venv lint format test test-unit test-container test-swarm bench lock gpu-smoke gpu-preflight gpu-host-wheels swarm-up swarm-down
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -56,6 +56,12 @@ build-gpu: ## build the GPU images (no GPU needed to build)
 
 gpu-smoke: ## unattended check of the GPU path on a GPU host: a verdict per stage (services, NCCL, GRPO/AsyncGRPO steps, weight sync)
 	$(BASE) scripts/gpu-smoke.sh
+
+# The GPU host check's wheel folder (docs/gpu.md, GPU host without Docker): GPU_HOST_PYTHON is an
+# interpreter of the host's Python version; HOST_PACKAGES a `pip freeze` of the host (optional).
+GPU_HOST_PYTHON ?= python3.12
+gpu-host-wheels: venv ## wheels for the GPU host check on a host without Docker (into gpu-host-wheels/; needs PyPI)
+	$(PYTHON) scripts/gpu_host_wheels.py --target-python $(GPU_HOST_PYTHON) $(if $(HOST_PACKAGES),--host-packages $(HOST_PACKAGES))
 
 wheelhouse: ## copy the CPU torch wheel from the host's pip find-links folder into the build context
 	scripts/fill-wheelhouse.sh

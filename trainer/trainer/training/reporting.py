@@ -19,7 +19,8 @@ STEP_FIELDS = (
 
 
 def format_step(step: int, total: int, record: dict[str, Any]) -> str:
-    """``step 3/5 | reward 0.250 ± 0.433 | loss 0.012 | len 21.0 | 48 tok/s | 9.8 s | weights step-3``."""
+    """``step 3/5 | reward 0.250 ± 0.433 | loss 0.012 | len 21.0 | 48 tok/s | 9.8 s | GPU peak 21.3 GiB |
+    weights step-3``."""
     parts = [f"step {step}/{total}"]
     for key, fmt in STEP_FIELDS:
         value = record.get(key)
@@ -29,6 +30,8 @@ def format_step(step: int, total: int, record: dict[str, Any]) -> str:
         parts.append(f"{record['tokens_per_s']:.0f} tok/s")
     if record.get("step_time_s") is not None:
         parts.append(f"{record['step_time_s']:.1f} s")
+    if record.get("gpu_max_reserved_gib") is not None:
+        parts.append(f"GPU peak {record['gpu_max_reserved_gib']:.1f} GiB")
     if record.get("weight_version") is not None:
         parts.append(f"weights {record['weight_version']}")
     # "reward 0.25 | ± 0.43": the std belongs to the mean

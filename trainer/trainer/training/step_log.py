@@ -10,11 +10,13 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from .gpu_memory import gpu_memory
 from .reporting import format_step
 
 
 class StepReporter(TrainerCallback):
-    """One log line and one JSONL record per optimizer step, under a progress bar.
+    """One log line and one JSONL record per optimizer step, under a progress bar; on CUDA the
+    record also holds the GPU memory figures (``gpu_memory``).
 
     ``weight_version`` (optional) returns the inference server's weight version for the line.
     """
@@ -44,6 +46,7 @@ class StepReporter(TrainerCallback):
         if tokens is not None and self._last_tokens is not None and now > self._last_time:
             record["tokens_per_s"] = (tokens - self._last_tokens) / (now - self._last_time)
         self._last_tokens, self._last_time = tokens, now
+        record.update(gpu_memory())
         if self.weight_version is not None:
             record["weight_version"] = self.weight_version()
         self.records.append(record)
