@@ -58,10 +58,11 @@ gpu-smoke: ## unattended check of the GPU path on a GPU host: a verdict per stag
 	$(BASE) scripts/gpu-smoke.sh
 
 # The GPU host check's wheel folder (docs/gpu.md, GPU host without Docker): GPU_HOST_PYTHON is an
-# interpreter of the host's Python version; HOST_PACKAGES a `pip freeze` of the host (optional).
+# interpreter of the host's Python version; HOST_PACKAGES a `pip freeze` of the host (optional);
+# GPU_HOST_WHEELS_LZMA=1 re-compresses the wheels with LZMA.
 GPU_HOST_PYTHON ?= python3.12
 gpu-host-wheels: venv ## wheels for the GPU host check on a host without Docker (into gpu-host-wheels/; needs PyPI)
-	$(PYTHON) scripts/gpu_host_wheels.py --target-python $(GPU_HOST_PYTHON) $(if $(HOST_PACKAGES),--host-packages $(HOST_PACKAGES))
+	$(PYTHON) scripts/gpu_host_wheels.py --target-python $(GPU_HOST_PYTHON) $(if $(HOST_PACKAGES),--host-packages $(HOST_PACKAGES)) $(if $(GPU_HOST_WHEELS_LZMA),--lzma)
 
 wheelhouse: ## copy the CPU torch wheel from the host's pip find-links folder into the build context
 	scripts/fill-wheelhouse.sh

@@ -208,18 +208,33 @@ def closure(
     return {n for n, _ in seen if n not in stop}
 
 
-def host_freeze(path: Path) -> dict[str, str]:
-    """name -> version from a ``pip freeze`` / ``pip list --format=freeze`` of the target host."""
-    found = {}
+def copy_wheel(wheel: Path, out: Path, lzma: bool) -> None:
+    """Copy ``wheel`` into ``out``; with ``lzma``, every member re-compressed with LZMA (pip installs
+    such a wheel: it reads wheels with ``zipfile``; RECORD's hashes are of the uncompressed files)."""
+    if not lzma:
+        shutil.copy2(wheel, out / wheel.name)
+        return
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(out / wheel.name, "w") as target:
+        for member in source.infolist():
+            data = source.read(member)
+            member.compress_type = zipfile.ZIP_LZMA
+            target.writestr(member, data)
+
+
+def host_freeze(path: Path) -> dict[str, str | None]:
+    """name -> version from a ``pip freeze`` / ``pip list --format=freeze`` of the target host; a
+    line with a bare name says the host has the package at a version not given (None)."""
+    found: dict[str, str | None] = {}
     for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line.strip())
+        match = re.match(r"^([A-Za-z0-9_.\-]+)(?:==(\S+))?\s*$", line.strip())
         if match:
             found[canonicalize_name(match.group(1))] = match.group(2)
     return found
 
 
-def held_by_host(needed: set[str], host: dict[str, str], meta: Metadata, python_version: str) -> set[str]:
-    """The packages of ``needed`` the host holds at a version every requirement on them accepts."""
+def held_by_host(needed: set[str], host: dict[str, str | None], meta: Metadata, python_version: str) -> set[str]:
+    """The packages of ``needed`` the host holds at a version every requirement on them accepts (at
+    any version when it was not given: the check's install stage then tests it on the host)."""
     env = marker_environment(python_version)
     wanted: dict[str, list[Requirement]] = {}
     for name in needed:
@@ -229,7 +244,10 @@ def held_by_host(needed: set[str], host: dict[str, str], meta: Metadata, python_
         name
         for name in needed
         if name in host
-        and all(r.specifier.contains(Version(host[name]), prereleases=True) for r in wanted.get(name, []))
+        and (
+            host[name] is None
+            or all(r.specifier.contains(Version(host[name]), prereleases=True) for r in wanted.get(name, []))
+        )
     }
 
 
@@ -242,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
         "packages that have no wheel",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "gpu-host-wheels", help="the folder to fill (emptied first)")
-    parser.add_argument("--host-packages", type=Path, help="a `pip freeze` of the host: leave out what it holds")
+    parser.add_argument(
+        "--host-packages", type=Path, help="a `pip freeze` of the host (or bare names): leave out what it holds"
+    )
+    parser.add_argument(
+        "--lzma",
+        action="store_true",
+        help="re-compress the wheels with LZMA (~10%% smaller, slower to build; the host's Python needs lzma)",
+    )
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache/gpu-host-wheels", help="download cache")
     args = parser.parse_args(argv)
     version = interpreter_version(args.target_python)
@@ -251,21 +276,24 @@ def main(argv: list[str] | None = None) -> int:
     pins = locked_pins()
     meta = Metadata()
     ours = build_our_wheels(cache / "ours", meta)
-    host = closure([(n, frozenset()) for n in HOST_ROOTS + TORCH_REQUIRES], pins, cache, args.target_python, meta)
-    host |= {n for n in pins if HOST_GPU_STACK.match(n)} | {"torch"}
+    gpu_stack = {n for n in pins if HOST_GPU_STACK.match(n)} | {"torch", "transformers"}
+    freeze = host_freeze(args.host_packages) if args.host_packages else {}
+    if args.host_packages:
+        host = gpu_stack  # the host's own list says what it has: nothing more is assumed of it
+    else:
+        # Any host with torch and transformers has what they require.
+        roots = [(n, frozenset()) for n in HOST_ROOTS + TORCH_REQUIRES]
+        host = closure(roots, pins, cache, args.target_python, meta) | gpu_stack
     roots = [(canonicalize_name(r.name), frozenset(r.extras)) for n in ours for r in map(Requirement, meta.requires[n])]
     needed = closure(roots, pins, cache, args.target_python, meta, stop=host | set(ours)) | set(ours)
-    left_to_host = (
-        held_by_host(needed - set(ours), host_freeze(args.host_packages), meta, version)
-        if args.host_packages
-        else set()
-    )
+    left_to_host = held_by_host(needed - set(ours), freeze, meta, version)
+    host |= left_to_host
     shipped = sorted(needed - left_to_host)
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
     for name in shipped:
-        shutil.copy2(meta.wheels[name], args.out / meta.wheels[name].name)
+        copy_wheel(meta.wheels[name], args.out, args.lzma)
     shutil.copy2(CHECK_SCRIPT, args.out / CHECK_SCRIPT.name)
     (args.out / MANIFEST).write_text(
         json.dumps(
@@ -275,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 "packages": {n: meta.versions[n] for n in shipped},
                 "host_provides": sorted(host),
                 "left_to_host": sorted(left_to_host),
+                "lzma": args.lzma,
             },
             indent=1,
         )
@@ -288,8 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  left to the host ({args.host_packages}): {', '.join(sorted(left_to_host))}")
     if total_mb > SIZE_BUDGET_MB:
         print(
-            f"  over {SIZE_BUDGET_MB} MB: a host without these packages needs them all; with "
-            "--host-packages (HOST_PACKAGES=) a `pip freeze` of the host leaves out what it already has"
+            f"  over {SIZE_BUDGET_MB} MB: a host without these packages needs them all; --host-packages "
+            "(HOST_PACKAGES=, a `pip freeze` of the host) leaves out what it already has, --lzma "
+            "(GPU_HOST_WHEELS_LZMA=1) re-compresses"
         )
     return 0
 

@@ -3,7 +3,10 @@ a job's outputs, the installed-requirements proof, the wheel folder's closure.""
 
 import importlib.util
 import json
+import subprocess
+import sys
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -209,3 +212,38 @@ def test_locks_pin_every_package_and_the_trainer_lock_wins():
     assert pins["trl"] == "1.16.0" and pins["reasoning-gym"] == "0.1.24"
     trainer_lock = (ROOT / "docker/requirements/trainer-gpu.lock").read_text()
     assert f"fastapi=={pins['fastapi']}" in trainer_lock
+
+
+def test_a_host_list_of_bare_names_leaves_those_packages_to_the_host(tmp_path):
+    freeze = tmp_path / "host.txt"
+    freeze.write_text("pandas==2.3.0\npyarrow\n# a comment\n")
+    assert gpu_host_wheels.host_freeze(freeze) == {"pandas": "2.3.0", "pyarrow": None}
+    meta = gpu_host_wheels.Metadata()
+    meta.requires = {"trl": ["pandas>=2.1", "pyarrow>=21"]}
+    held = gpu_host_wheels.held_by_host({"trl", "pandas", "pyarrow"}, {"pyarrow": None}, meta, "3.12")
+    assert held == {"pyarrow"}  # its version is the install stage's to check, on the host
+
+
+def test_an_lzma_wheel_installs_with_pip(tmp_path):
+    wheel = tmp_path / "src" / "tinypkg-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    members = {
+        "tinypkg/__init__.py": "ANSWER = 42\n" * 200,
+        "tinypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    members["tinypkg-1.0.dist-info/RECORD"] = (
+        "".join(f"{name},,\n" for name in members) + "tinypkg-1.0.dist-info/RECORD,,\n"
+    )
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    out = tmp_path / "out"
+    out.mkdir()
+    gpu_host_wheels.copy_wheel(wheel, out, lzma=True)
+    with zipfile.ZipFile(out / wheel.name) as archive:
+        assert {m.compress_type for m in archive.infolist()} == {zipfile.ZIP_LZMA}
+    site = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site)]
+    subprocess.run([*install, str(out / wheel.name)], check=True, capture_output=True)
+    assert "ANSWER = 42" in (site / "tinypkg" / "__init__.py").read_text()
