@@ -14,8 +14,8 @@ from opencode_env_client.models import (
     RunRolloutArguments,
     Verification,
 )
+from opencode_env_server.api.run_rollout import request_for
 from opencode_env_server.app import create_app
-from opencode_env_server.run_rollout import request_for
 from opencode_env_server.settings import Provider, Settings
 
 INSTRUCTION = "Write solution.py."

@@ -12,15 +12,15 @@ import threading
 
 import pytest
 from opencode_env_client.models import RUNNING, Limits, RolloutRequest, Task, TestCase
-from opencode_env_server import inside, tree
-from opencode_env_server.http_limits import BodyRefused, read_body
-from opencode_env_server.processes import kill_uid, processes_of, tasks_of
-from opencode_env_server.proxy import Proxy, StreamAccumulator, refused_fields
-from opencode_env_server.rollouts import LimitReached, Rollout
+from opencode_env_server.api.http_limits import BodyRefused, read_body
+from opencode_env_server.proxy.chat_completions import Proxy, StreamAccumulator, refused_fields
+from opencode_env_server.rollouts.rollout import LimitReached, Rollout
+from opencode_env_server.rollouts.trace import TraceStore
+from opencode_env_server.rollouts.verification import output_matches
+from opencode_env_server.sandbox import inside, tree
+from opencode_env_server.sandbox.processes import kill_uid, processes_of, tasks_of
+from opencode_env_server.sandbox.usage import disk_bytes, memory_bytes
 from opencode_env_server.settings import Settings
-from opencode_env_server.trace import TraceStore
-from opencode_env_server.usage import disk_bytes, memory_bytes
-from opencode_env_server.verification import output_matches
 
 from .test_opencode_isolation import STRAY_UID, SYSTEM_PYTHON, needs_root
 

@@ -10,12 +10,13 @@ import sys
 import pytest
 from opencode_env_client.models import FINAL, INFRA_FAILURE, Limits, RolloutRequest, Task
 from opencode_env_server.logs import RateLimit
-from opencode_env_server.proxy import request_error
-from opencode_env_server.rollouts import Prepared, RolloutManager
-from opencode_env_server.sandbox import Sandbox
+from opencode_env_server.proxy.chat_completions import request_error
+from opencode_env_server.rollouts.manager import RolloutManager
+from opencode_env_server.rollouts.seats import Prepared
+from opencode_env_server.rollouts.trace import TraceStore
+from opencode_env_server.sandbox.sandbox import Sandbox
+from opencode_env_server.sandbox.usage import disk_bytes
 from opencode_env_server.settings import Settings, normalize_upstream
-from opencode_env_server.trace import TraceStore
-from opencode_env_server.usage import disk_bytes
 
 pytestmark = pytest.mark.unit
 
@@ -68,7 +69,9 @@ def test_a_key_is_accepted_only_on_its_own_seats_port(tmp_path) -> None:
         assert manager.caller(rollout.key, None) == (rollout, False)  # the API port: external agents
         assert manager.caller(rollout.key, 1 - seat) == (None, False)  # stolen, used from another seat
         sandbox = Sandbox(tmp_path / "sb", "w", 20001, Limits(), sys.executable)
-        manager.warming["warm-key"] = Prepared("w", "warm-key", 1, Limits(), sandbox, manager._agent(sandbox, 1))
+        manager.seats.warming["warm-key"] = Prepared(
+            "w", "warm-key", 1, Limits(), sandbox, manager.seats.agent(sandbox, 1)
+        )
         assert manager.caller("warm-key", 1) == (None, True)
         assert manager.caller("warm-key", 0) == (None, False)
         assert manager.caller("nope", None) == (None, False)
@@ -108,7 +111,7 @@ def test_disk_usage_counts_blocks_once_and_follows_no_link(tmp_path) -> None:
 
 def test_listing_skips_a_name_that_is_a_directory_by_the_time_it_is_opened(tmp_path, monkeypatch) -> None:
     # The agent swaps a directory and a symlink: the walk saw "x" as a file, the open finds a directory.
-    from opencode_env_server import inside
+    from opencode_env_server.sandbox import inside
 
     (tmp_path / "a.py").write_text("print(1)")
     (tmp_path / "x").mkdir()
@@ -147,7 +150,7 @@ def test_a_seat_port_counts_as_ours_only_if_our_process_group_listens_on_it(tmp_
     import sys
     import time
 
-    from opencode_env_server.agent_server import AgentFailed, AgentServer
+    from opencode_env_server.rollouts.agent_server import AgentFailed, AgentServer
 
     class Started:  # what AgentServer needs of its process: the group leader's pid, alive
         pid, returncode = os.getpgid(0), None
@@ -226,7 +229,7 @@ needs_root = pytest.mark.skipif(
 @needs_root
 @pytest.mark.parametrize("hidden", ["0.3", "forever"])
 def test_a_moment_of_unreadable_files_is_waited_out_and_hiding_for_good_is_caught(hidden: str) -> None:
-    from opencode_env_server.usage import HiddenFiles, memory_bytes
+    from opencode_env_server.sandbox.usage import HiddenFiles, memory_bytes
 
     holder = _hold_as_stray_uid(hidden)
     try:
@@ -242,8 +245,8 @@ def test_a_moment_of_unreadable_files_is_waited_out_and_hiding_for_good_is_caugh
 
 @needs_root
 def test_the_grace_is_one_budget_per_scan_not_per_process() -> None:
-    from opencode_env_server.processes import Process
-    from opencode_env_server.usage import HiddenFiles, _open_files, as_uid
+    from opencode_env_server.sandbox.processes import Process
+    from opencode_env_server.sandbox.usage import HiddenFiles, _open_files, as_uid
 
     # Each alone is readable within the 2 s grace (after 1.5 s, then 1.5 s more), not both in one scan.
     first = _hold_as_stray_uid("1.5")

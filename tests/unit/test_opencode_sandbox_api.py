@@ -4,8 +4,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from opencode_env_server.firewall import setup_rules
-from opencode_env_server.sandbox_operations import SandboxOperations
+from opencode_env_server.api.sandbox_operations import SandboxOperations
+from opencode_env_server.sandbox.firewall import setup_rules
 from opencode_env_server.settings import parse_destinations
 
 

@@ -5,8 +5,8 @@ import sys
 import orjson
 import pytest
 from opencode_env_client.models import RolloutRequest, Task, Turn
-from opencode_env_server.proxy import Proxy, StreamAccumulator
-from opencode_env_server.trace import extends, training_trace
+from opencode_env_server.proxy.chat_completions import Proxy, StreamAccumulator
+from opencode_env_server.rollouts.trace import extends, training_trace
 from openenv.core.harness.training import TrainingTrace
 from pydantic import ValidationError
 
@@ -160,7 +160,7 @@ async def _collect(coroutine_factory) -> list[dict]:
 def test_warm_up_reply_is_a_complete_chat_completion(stream: bool) -> None:
     import asyncio
 
-    from opencode_env_server.proxy import WARM_UP_TEXT, send_warm_up_reply
+    from opencode_env_server.proxy.chat_completions import WARM_UP_TEXT, send_warm_up_reply
 
     sent = asyncio.run(_collect(lambda send: send_warm_up_reply(send, stream)))
     start, body = sent
@@ -187,7 +187,7 @@ def test_warm_up_reply_is_a_complete_chat_completion(stream: bool) -> None:
 def test_agent_event_stream_is_parsed_across_chunk_boundaries() -> None:
     import asyncio
 
-    from opencode_env_server.agent_server import _events
+    from opencode_env_server.rollouts.agent_server import _events
 
     events = [
         {"type": "server.connected", "properties": {}},
@@ -216,16 +216,17 @@ def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_
     import asyncio
 
     from opencode_env_client.models import Limits
-    from opencode_env_server.rollouts import CapacityError, Prepared, RolloutManager
-    from opencode_env_server.sandbox import Sandbox
+    from opencode_env_server.rollouts.manager import CapacityError, RolloutManager
+    from opencode_env_server.rollouts.seats import Prepared
+    from opencode_env_server.rollouts.trace import TraceStore
+    from opencode_env_server.sandbox.sandbox import Sandbox
     from opencode_env_server.settings import Settings
-    from opencode_env_server.trace import TraceStore
 
     async def scenario() -> None:
         settings = Settings(max_concurrent_rollouts=1, agent_spares=3, sandbox_root=tmp_path / "sb")
         manager = RolloutManager(settings, TraceStore(tmp_path / "traces"))
-        assert manager.seats == 4
-        assert manager.free_seats == [0, 1, 2, 3]
+        assert manager.seats.count == 4
+        assert manager.seats.free == [0, 1, 2, 3]
         wanted, other = Limits(max_turns=2), Limits()
         never = asyncio.get_running_loop().create_future()
 
@@ -233,26 +234,26 @@ def test_rollouts_take_the_most_useful_free_seat_and_spares_add_no_capacity(tmp_
             # the warm-up task: done with True (warm), or still running
             task = asyncio.ensure_future(asyncio.sleep(0, True) if warm else never)
             sandbox = Sandbox(tmp_path / "sb", f"r{seat}", 20000 + seat, limits, sys.executable)
-            return Prepared(f"r{seat}", f"k{seat}", seat, limits, sandbox, manager._agent(sandbox, seat), task)
+            return Prepared(f"r{seat}", f"k{seat}", seat, limits, sandbox, manager.seats.agent(sandbox, seat), task)
 
-        manager.prepared = {
+        manager.seats.prepared = {
             0: prepared(0, other, True),
             1: prepared(1, wanted, False),
             2: prepared(2, wanted, True),
             3: prepared(3, other, False),
         }
         await asyncio.sleep(0.01)
-        assert manager.warm_agents == 2
+        assert manager.seats.warm_agents == 2
         opencode = RolloutRequest(task=Task(instruction="x", limits=wanted))
         external = RolloutRequest(task=Task(instruction="x", limits=wanted), agent="external")
-        assert manager._seat_for(opencode) == 2  # prepared with its limits and warm
-        manager.free_seats.remove(2)
-        assert manager._seat_for(opencode) == 1  # with its limits, still warming
-        assert manager._seat_for(external) == 0  # needs no server: the least useful seat
+        assert manager.seats.choose(opencode) == 2  # prepared with its limits and warm
+        manager.seats.free.remove(2)
+        assert manager.seats.choose(opencode) == 1  # with its limits, still warming
+        assert manager.seats.choose(external) == 0  # needs no server: the least useful seat
         manager.by_key["busy"] = object()  # one rollout holds one of the single slot
         with pytest.raises(CapacityError):
             manager.create(opencode, "m")
-        for p in manager.prepared.values():
+        for p in manager.seats.prepared.values():
             p.ready.cancel()
 
     asyncio.run(scenario())
@@ -262,9 +263,9 @@ def test_rollouts_a_dead_client_never_closed_are_reaped_after_the_ttl(tmp_path) 
     from types import SimpleNamespace
 
     from opencode_env_client.models import COMPLETED, RUNNING, STOPPED
-    from opencode_env_server.rollouts import RolloutManager
+    from opencode_env_server.rollouts.manager import RolloutManager
+    from opencode_env_server.rollouts.trace import TraceStore
     from opencode_env_server.settings import Settings
-    from opencode_env_server.trace import TraceStore
 
     manager = RolloutManager(
         Settings(finished_rollout_ttl_s=60, sandbox_root=tmp_path / "sb"), TraceStore(tmp_path / "traces")

@@ -2,33 +2,18 @@
 import each other, the host pre-flight runs on any Python (standard library only), and nothing
 below the command line imports a job."""
 
-import ast
 import sys
 from pathlib import Path
 
 import pytest
 
+from . import import_graph
+
 PACKAGE = Path(__file__).resolve().parents[2] / "trainer" / "trainer"
 
 
 def imported_modules(path: Path) -> set[str]:
-    """The absolute names of the modules ``path`` imports (relative imports resolved)."""
-    module = ".".join(("trainer", *path.relative_to(PACKAGE).with_suffix("").parts))
-    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")
-            if node.level:
-                base = base[: len(base) - node.level + 1]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
-            names.add(target)
-            names |= {f"{target}.{alias.name}" for alias in node.names}
-    return names
+    return import_graph.imported_modules(path, PACKAGE)
 
 
 def modules(folder: str) -> list[Path]:

@@ -9,8 +9,8 @@ import socket
 
 import uvicorn
 
+from .api.http_limits import header_deadline
 from .app import create_app
-from .http_limits import header_deadline
 from .logs import RateLimit
 from .settings import Settings
 

@@ -9,20 +9,20 @@ import aiohttp
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from . import landlock
-from .fast_path import ProxyFastPath
-from .firewall import SeatPorts, apply_network_rules
-from .http_api import api_router, service_error
-from .openenv_protocol import OpenEnvProtocol
-from .openenv_routes import openenv_router
-from .openenv_sessions import SessionRegistry
-from .proxy import Proxy
-from .rollouts import RolloutManager
-from .sandbox import close_shared_dirs
-from .sandbox_routes import sandbox_router
-from .service import RolloutService, ServiceError
+from .api.fast_path import ProxyFastPath
+from .api.http_api import api_router, service_error
+from .api.openenv_protocol import OpenEnvProtocol
+from .api.openenv_routes import openenv_router
+from .api.openenv_sessions import SessionRegistry
+from .api.sandbox_routes import sandbox_router
+from .api.service import RolloutService, ServiceError
+from .proxy.chat_completions import Proxy
+from .rollouts.manager import RolloutManager
+from .rollouts.trace import TraceStore
+from .sandbox import landlock
+from .sandbox.firewall import SeatPorts, apply_network_rules
+from .sandbox.sandbox import close_shared_dirs
 from .settings import Settings
-from .trace import TraceStore
 
 log = logging.getLogger("opencode_env_server")
 
@@ -41,9 +41,9 @@ def create_app(settings: Settings | None = None) -> ProxyFastPath:
             apply_network_rules(
                 [
                     SeatPorts(settings.seat_uid(i), settings.sandbox_proxy_port(i), settings.agent_port_base + i)
-                    for i in range(manager.seats)
+                    for i in range(settings.seats)
                 ],
-                [settings.verifier_uid(i) for i in range(manager.seats)],
+                [settings.verifier_uid(i) for i in range(settings.seats)],
             )
             # Only in isolation mode, which assumes the service's own container: on a shared host
             # (benchmarks, debugging) /tmp and friends stay as they are.
@@ -71,10 +71,10 @@ def create_app(settings: Settings | None = None) -> ProxyFastPath:
                 "%d sandbox seats (OpenCode pre-started: %s), %d OpenEnv sessions; network isolation %s",
                 settings.port,
                 settings.sandbox_proxy_port(0),
-                settings.sandbox_proxy_port(manager.seats - 1),
+                settings.sandbox_proxy_port(settings.seats - 1),
                 settings.inference_url,
                 settings.max_concurrent_rollouts,
-                manager.seats,
+                settings.seats,
                 "yes" if settings.agent_prewarm else "no",
                 settings.max_sessions,
                 "on" if settings.network_isolation else "OFF",

@@ -4,9 +4,10 @@ from typing import Any
 
 from opencode_env_client.models import RolloutRequest
 
-from .proxy import UPSTREAM_ERRORS, Proxy
-from .rollouts import CapacityError, Rollout, RolloutManager
-from .settings import Settings, normalize_upstream
+from ..proxy.chat_completions import UPSTREAM_ERRORS, Proxy
+from ..rollouts.manager import CapacityError, RolloutManager
+from ..rollouts.rollout import Rollout
+from ..settings import Settings, normalize_upstream
 
 
 class ServiceError(Exception):

@@ -5,10 +5,11 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 
+from ..proxy.chat_completions import Send, refused_fields, request_error, send_body, send_error, send_warm_up_reply
+from ..rollouts.manager import RolloutManager
+from ..rollouts.rollout import LimitReached
+from ..settings import Settings
 from .http_limits import BodyRefused, read_body, replay
-from .proxy import Send, refused_fields, request_error, send_body, send_error, send_warm_up_reply
-from .rollouts import LimitReached, RolloutManager
-from .settings import Settings
 
 
 class ProxyFastPath:

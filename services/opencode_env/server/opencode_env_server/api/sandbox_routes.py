@@ -8,8 +8,9 @@ from fastapi.responses import Response
 from opencode_env_client.models import SandboxCommand, SandboxPath, SandboxWrite
 from pydantic import BaseModel
 
+from ..rollouts.manager import RolloutManager
+from ..rollouts.rollout import Rollout
 from .http_api import json_response
-from .rollouts import Rollout, RolloutManager
 from .sandbox_operations import OperationRefused, SandboxOperations, operations_of
 from .service import ServiceError
 

@@ -10,12 +10,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from opencode_env_client.models import COMPLETED, FINAL, INFRA_FAILURE, CreatedRollout, Health, RolloutRequest, Turn
 
+from ..rollouts.rollout import Rollout
+from ..rollouts.trace import TraceStore, training_trace
+from ..sandbox.sandbox import SandboxError
 from . import run_rollout
 from .openenv_sessions import SessionRegistry
-from .rollouts import Rollout
-from .sandbox import SandboxError
 from .service import RolloutService, ServiceError
-from .trace import TraceStore, training_trace
 
 MAX_WAIT_S = 3600.0
 # Which replica answered (the container's host name): under Swarm, replicas of one service share a name.
@@ -62,8 +62,8 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
                 status="healthy",
                 active_rollouts=manager.active,
                 max_rollouts=settings.max_concurrent_rollouts,
-                seats=manager.seats,
-                warm_agents=manager.warm_agents,
+                seats=manager.seats.count,
+                warm_agents=manager.seats.warm_agents,
                 sessions=sessions.active,
                 max_sessions=sessions.max_sessions,
                 inference_url=settings.inference_url,

@@ -36,11 +36,11 @@ from opencode_env_client.models import (
     SandboxJob,
 )
 
-from .opencode import OFFLINE_ENV
-from .processes import UidNotEmpty
-from .rollouts import Rollout
-from .sandbox import Sandbox, SandboxError
-from .verification import LimitExceeded, Untrusted, bounded, enter
+from ..rollouts.opencode import OFFLINE_ENV
+from ..rollouts.rollout import Rollout
+from ..rollouts.verification import LimitExceeded, Untrusted, bounded, enter
+from ..sandbox.processes import UidNotEmpty
+from ..sandbox.sandbox import Sandbox, SandboxError
 
 READ_LIMIT_BYTES = 4 << 20
 SANDBOX_READY_TIMEOUT_S = 60.0

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 from opencode_env_client.models import CheckResult, CommandOutcome, Task, TestCase
 
-from . import usage
-from .processes import UidNotEmpty
-from .sandbox import CopyTooLarge, Sandbox, SandboxError
+from ..sandbox import usage
+from ..sandbox.processes import UidNotEmpty
+from ..sandbox.sandbox import CopyTooLarge, Sandbox, SandboxError
 
 log = logging.getLogger("opencode_env_server.verification")
 CHECK_LOG_CHARS = 2000

@@ -23,10 +23,10 @@ from opencode_env_client.models import (
     Verification,
 )
 
-from .rollouts import Rollout
-from .sandbox import SandboxError
+from ..rollouts.rollout import Rollout
+from ..sandbox.sandbox import SandboxError
+from ..settings import Settings, normalize_upstream
 from .service import RolloutService
-from .settings import Settings, normalize_upstream
 
 log = logging.getLogger("opencode_env_server.run_rollout")
 

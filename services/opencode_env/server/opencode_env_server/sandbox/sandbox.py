@@ -43,8 +43,8 @@ SANDBOX_PATH = "/opt/sandbox-tools/bin:/usr/local/bin:/usr/bin:/bin"
 # The helper's entry point: this package's directory first on sys.path (with -I neither PYTHONPATH,
 # the user's site-packages nor the work dir is on it).
 _RUN_INSIDE = (
-    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
-    "from opencode_env_server.inside import main; main(*sys.argv[1:])"
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+    "from opencode_env_server.sandbox.inside import main; main(*sys.argv[1:])"
 )
 
 

@@ -23,7 +23,7 @@ import stat
 import sys
 from pathlib import PurePosixPath
 
-from opencode_env_server.tree import TreeLimit, walk
+from opencode_env_server.sandbox.tree import TreeLimit, walk
 
 LIST_MAX_DEPTH = 64
 CHUNK_BYTES = 1 << 20

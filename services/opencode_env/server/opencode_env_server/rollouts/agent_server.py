@@ -16,8 +16,9 @@ from typing import Any, BinaryIO
 import aiohttp
 import orjson
 
-from . import opencode, usage
-from .sandbox import Sandbox
+from ..sandbox import usage
+from ..sandbox.sandbox import Sandbox
+from . import opencode
 
 WARM_UP_PROMPT = "Reply with: ok"
 API_TIMEOUT = aiohttp.ClientTimeout(total=30)

@@ -3,7 +3,7 @@
 import json
 from typing import Any
 
-from .sandbox import Sandbox
+from ..sandbox.sandbox import Sandbox
 
 PROVIDER = "rlstack"
 MODEL = "policy"
