@@ -14,55 +14,29 @@ from typing import Any
 
 import httpx
 import pytest
+from opencode_env.models import CommandResult, RolloutResult, RolloutTurn
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
-from pydantic import BaseModel, ConfigDict, Field
 from testcontainers.core.container import DockerContainer
 from websockets.sync.client import connect
 
 from tests.container.test_opencode_env import in_container
 
 
-class _Upstream(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-# Upstream's envs/opencode_env/models.py, field for field (names, types, defaults); nothing else allowed.
-class UpstreamTurn(_Upstream):
-    turn: int
-    finish_reason: str | None = None
-    completion_tokens: list[str] = Field(default_factory=list)
-    completion_token_ids: list[int] = Field(default_factory=list)
-    per_token_logps: list[float] = Field(default_factory=list)
-    latency_s: float = 0.0
-    timestamp: float = 0.0
-    upstream_status: int | None = None
-    upstream_error: dict[str, Any] | None = None
-
-
-class UpstreamCommandResult(_Upstream):
-    cmd: str
-    exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-    duration_s: float = 0.0
-
-
-class UpstreamRolloutResult(_Upstream):
-    task_id: str = ""
-    sandbox_id: str = ""
-    reward: float | None = None
-    agent_exit_code: int | None = None
-    wall_s: float = 0.0
-    mode: str = "black_box"
-    setup_results: list[UpstreamCommandResult] = Field(default_factory=list)
-    verify_results: list[UpstreamCommandResult] = Field(default_factory=list)
-    proxy_turns: list[UpstreamTurn] = Field(default_factory=list)
-    files: dict[str, str] = Field(default_factory=dict)
-    files_extra: list[str] = Field(default_factory=list)
-    agent_log_tail: str = ""
-    proxy_log_tail: str = ""
-    error: str | None = None
+def upstream_result(text: str) -> RolloutResult:
+    """``text`` validated by upstream's own ``RolloutResult`` (tests/upstream), and holding no field
+    upstream's models lack, at any depth."""
+    data = json.loads(text)
+    result = RolloutResult.model_validate(data)
+    assert set(data) <= set(RolloutResult.model_fields), set(data) - set(RolloutResult.model_fields)
+    for key, model in (
+        ("setup_results", CommandResult),
+        ("verify_results", CommandResult),
+        ("proxy_turns", RolloutTurn),
+    ):
+        for item in data.get(key, []):
+            assert set(item) <= set(model.model_fields), (key, set(item) - set(model.model_fields))
+    return result
 
 
 def run_rollout_arguments(**overrides: Any) -> dict[str, Any]:
@@ -105,7 +79,7 @@ def test_mcp_tool_client_runs_run_rollout_end_to_end(opencode_env) -> None:
         text = env.call_tool("run_rollout", **run_rollout_arguments())
         with pytest.raises(RuntimeError, match="unknown argument 'bogus'"):
             env.call_tool("run_rollout", **run_rollout_arguments(bogus=1))
-    result = UpstreamRolloutResult.model_validate_json(text)
+    result = upstream_result(text)
     assert result.reward == 0.5, (result.error, result.verify_results, result.agent_log_tail[-600:])
     assert result.task_id == "t1"
     assert result.mode == "transparent_proxy"
@@ -142,7 +116,7 @@ def test_ws_and_mcp_share_one_session_and_errors_leave_others_intact(opencode_en
             name="run_rollout",
             arguments=run_rollout_arguments(task_id="shared", mode="black_box", verify=["test -f solution.py"]),
         )
-        result = UpstreamRolloutResult.model_validate_json(called["result"]["data"])
+        result = upstream_result(called["result"]["data"])
         assert result.reward == 1.0
         assert result.proxy_turns == []
         assert result.mode == "black_box"
@@ -173,7 +147,7 @@ def test_generic_env_client_steps_the_tool(opencode_env) -> None:
         )
         assert step.done
         assert step.reward == 1.0
-        assert UpstreamRolloutResult.model_validate_json(step.observation["result"]["data"]).reward == 1.0
+        assert upstream_result(step.observation["result"]["data"]).reward == 1.0
 
 
 def test_closing_a_session_stops_its_running_rollout_and_leaves_no_process(opencode_env) -> None:
@@ -258,7 +232,7 @@ def test_an_external_providers_key_reaches_it_and_nothing_else(opencode_env, pro
         time.sleep(0.25)
     during = in_container(opencode_env, "grep", "-rl", key, "/sandboxes", "/data/traces")
     call.join(300)
-    rollout = UpstreamRolloutResult.model_validate_json(result["result"]["data"])
+    rollout = upstream_result(result["result"]["data"])
     assert rollout.reward == 1.0, rollout.error
     assert rollout.proxy_turns, rollout.error
     assert json.loads(in_container(opencode_env, *seen).stdout)[0] == f"Bearer {key}"

@@ -5,7 +5,8 @@ Two families:
 - the rollouts API (``POST /rollouts`` and friends): ``Task`` and its ``Limits``, ``RolloutRequest``,
   ``CreatedRollout``, ``RolloutSummary``, ``Verification`` and the recorded ``Turn``;
 - upstream OpenEnv's ``opencode_env`` tool over ``/mcp`` and ``/ws``: ``RunRolloutArguments`` in,
-  ``RolloutResult`` out, field for field as upstream's ``envs/opencode_env/models.py``.
+  ``RolloutResult`` out, with the fields of upstream's ``envs/opencode_env/models.py`` (its replies
+  tolerate fields a newer server adds; tests validate ours with upstream's own models).
 
 Pure pydantic and dataclasses: the server imports this module without the client's dependencies.
 """
@@ -412,13 +413,18 @@ class RolloutTurn(_Reply):
 
 
 class CommandResult(_Reply):
-    """One setup or verify command (upstream's ``CommandResult``)."""
+    """One setup or verify command (upstream's ``CommandResult``: its exit code is always a number;
+    ``TIMED_OUT_EXIT`` for a command killed at its timeout)."""
 
     cmd: str
-    exit_code: int | None = None
+    exit_code: int
     stdout: str = ""
     stderr: str = ""
     duration_s: float = 0.0
+
+
+# The exit code upstream's ``CommandResult`` gets for a command killed at its timeout (``timeout(1)``'s).
+TIMED_OUT_EXIT = 124
 
 
 class RolloutResult(_Reply):

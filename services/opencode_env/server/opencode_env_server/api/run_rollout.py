@@ -12,6 +12,7 @@ from opencode_env_client.models import (
     MAX_COMPLETION_TOKENS,
     MAX_TOKENS_PER_TURN,
     STOPPED,
+    TIMED_OUT_EXIT,
     CommandResult,
     Limits,
     RolloutRequest,
@@ -137,7 +138,7 @@ def result_of(
         setup_results=[
             CommandResult(
                 cmd=r.command,
-                exit_code=r.exit_code,
+                exit_code=TIMED_OUT_EXIT if r.exit_code is None else r.exit_code,
                 stdout=r.stdout[-TAIL_CHARS:],
                 stderr=r.stderr[-TAIL_CHARS:],
                 duration_s=round(r.duration_s, 3),
@@ -147,7 +148,7 @@ def result_of(
         verify_results=[
             CommandResult(
                 cmd=r.command or "",
-                exit_code=r.exit_code,
+                exit_code=TIMED_OUT_EXIT if r.exit_code is None else r.exit_code,
                 stdout=r.stdout,
                 stderr=r.stderr,
                 duration_s=round(r.duration_s, 3),
