@@ -1,5 +1,6 @@
 """Trainer configuration: YAML, environment and command-line overrides; shipped configs and tasks."""
 
+import shlex
 import typing
 from pathlib import Path
 
@@ -258,3 +259,22 @@ def test_the_walkthroughs_reward_delta_over_logged_steps():
 def test_trailing_mean_averages_each_step_with_the_steps_before_it():
     assert trailing_mean([1.0, 0.0, 0.5, 1.0, 0.0], 2) == [1.0, 0.5, 0.25, 0.75, 0.5]
     assert trailing_mean([0.2, 0.4, 0.9], 5) == pytest.approx([0.2, 0.3, 0.5])
+
+
+def readme_error_samples() -> list[tuple[str, str]]:
+    """(command, printed error) of each sample in trainer/README.md's Configs section."""
+    readme = (Path(__file__).resolve().parents[2] / "trainer" / "README.md").read_text()
+    block = readme.split("checks these samples against the schema):\n\n```\n", 1)[1].split("```", 1)[0]
+    lines = block.strip().splitlines()
+    return [(lines[i][2:], lines[i + 1]) for i in range(0, len(lines), 2)]
+
+
+@pytest.mark.parametrize(("command", "printed"), readme_error_samples())
+def test_the_readme_error_samples_are_what_the_trainer_prints(command, printed, monkeypatch, capsys):
+    words = shlex.split(command)
+    while "=" in words[0]:
+        name, value = words.pop(0).split("=", 1)
+        monkeypatch.setenv(name, value)
+    assert words[:3] == ["python", "-m", "trainer"]
+    assert main(words[3:]) == 2
+    assert capsys.readouterr().err.strip() == printed
