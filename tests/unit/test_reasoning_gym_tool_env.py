@@ -4,12 +4,8 @@ instance walks, and which training questions the held-out set must avoid."""
 import pytest
 import reasoning_gym
 from trainer.config import ReasoningGymConfig
-from trainer.envs.reasoning_gym import (
-    QuestionSequence,
-    environment_factory,
-    environment_instances,
-    training_sequences,
-)
+from trainer.config.question_plan import QuestionSequence, environment_instances, training_sequences
+from trainer.envs.reasoning_gym import environment_factory
 from trainer.evaluation import questions as held_out
 from trainer.evaluation.generation import messages_for, turn_prefix
 from trainer.evaluation.questions import held_out_questions

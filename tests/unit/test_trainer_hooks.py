@@ -200,7 +200,9 @@ def test_the_hooks_reach_trls_loop_arguments_and_the_dry_run_plan(tmp_path, user
         environ={},
     )
     tokenizer = SimpleNamespace(convert_tokens_to_ids=lambda token: 7)
-    kwargs = async_grpo_job.loop_arguments(config, trl_args(), tmp_path, tokenizer)
+    kwargs = async_grpo_job.loop_arguments(
+        config, trl_args(), async_grpo_job.selected_tasks(config), tmp_path, tokenizer
+    )
     assert kwargs["rollout_reward_fn"] is binary_with_penalties
     # The turn hooks go to our session factory, not to TRL 1.16's loop (which takes no such keyword).
     assert "agent_turn_fn" not in kwargs and "train_turn_fn" not in kwargs
@@ -209,7 +211,9 @@ def test_the_hooks_reach_trls_loop_arguments_and_the_dry_run_plan(tmp_path, user
     # TRL's CUDA worker pickles the loop arguments into a spawned process.
     assert pickle.loads(pickle.dumps(kwargs["rollout_reward_fn"])) is binary_with_penalties
     config = load_config(async_grpo_config(tmp_path), environ={})
-    kwargs = async_grpo_job.loop_arguments(config, trl_args(), tmp_path, tokenizer)
+    kwargs = async_grpo_job.loop_arguments(
+        config, trl_args(), async_grpo_job.selected_tasks(config), tmp_path, tokenizer
+    )
     assert not set(hooks_module.HOOKS) & (set(kwargs) | set(kwargs["harness_session_factory"].keywords))
 
 

@@ -12,8 +12,8 @@ from typing import Any
 from reasoning_gym_env import ReasoningGymAction, ReasoningGymEnv
 
 from ..config import ConfigError, ReasoningGymConfig
+from ..config.question_plan import QuestionSequence
 from ..envs.errors import EnvUnavailable
-from ..envs.reasoning_gym import QuestionSequence
 
 PRETRAINING_MANIFEST = "rlstack_pretraining.json"  # written into a model folder by ``trainer.jobs.pretrain``
 

@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 from ..config import ConfigError, ReasoningGymConfig, TrainerConfig
-from ..envs.reasoning_gym import ReasoningGymToolEnv, training_sequences
+from ..config.question_plan import training_sequences
+from ..envs.reasoning_gym import ReasoningGymToolEnv
 from .generation import LocalGenerator, turn_prefix
 from .questions import Generate, Question, held_out_questions, pretraining_digests, score_answers
 from .statistics import summary_of

