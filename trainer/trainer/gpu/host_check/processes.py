@@ -8,10 +8,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+from ...envs.errors import EnvUnavailable
+from ...envs.readiness import answers_health, wait_until_healthy
 
 
 class StageTimeout(Exception):
@@ -87,20 +89,17 @@ def local_env_server(log: Path, timeout_s: float, env: Mapping[str, str]) -> Ite
             start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
+
+    def healthy(url: str) -> bool:
+        if server.poll() is not None:
+            raise ChildFailed(f"reasoning-gym-env exited {server.returncode}: {log_tail(log)}")
+        return answers_health(url)
+
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if server.poll() is not None:
-                raise ChildFailed(f"reasoning-gym-env exited {server.returncode}: {log_tail(log)}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise StageTimeout(f"reasoning-gym-env did not answer /health within {timeout_s:.0f} s")
-            time.sleep(0.5)
+        try:
+            wait_until_healthy({"reasoning-gym-env": url}, timeout_s, healthy=healthy)
+        except EnvUnavailable:
+            raise StageTimeout(f"reasoning-gym-env did not answer /health within {timeout_s:.0f} s") from None
         print(f"host-check: reasoning-gym-env listening on {url} (log {log})", flush=True)
         yield url
     finally:
