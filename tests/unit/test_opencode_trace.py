@@ -146,40 +146,24 @@ def test_rollout_request_rejects_unknown_fields_and_bad_limits() -> None:
         RolloutRequest.model_validate({"task": {"instruction": "x", "limits": {"max_turns": 0}}})
 
 
-async def _collect(coroutine_factory) -> list[dict]:
-    sent: list[dict] = []
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    await coroutine_factory(send)
-    return sent
-
-
 @pytest.mark.parametrize("stream", [True, False])
 def test_warm_up_reply_is_a_complete_chat_completion(stream: bool) -> None:
-    import asyncio
+    from opencode_env_server.proxy.chat_completions import WARM_UP_COMPLETION, WARM_UP_TEXT, render
 
-    from opencode_env_server.proxy.chat_completions import WARM_UP_TEXT, send_warm_up_reply
-
-    sent = asyncio.run(_collect(lambda send: send_warm_up_reply(send, stream)))
-    start, body = sent
-    assert start["status"] == 200
-    assert body["body"]
-    headers = dict(start["headers"])
-    assert int(headers[b"content-length"]) == len(body["body"])
+    rendered = render({}, WARM_UP_COMPLETION, stream)
     if stream:
-        assert headers[b"content-type"] == b"text/event-stream"
-        assert body["body"].endswith(b"data: [DONE]\n\n")
+        assert rendered.content_type == b"text/event-stream"
+        assert rendered.body.endswith(b"data: [DONE]\n\n")
         acc = StreamAccumulator()
-        acc.feed(body["body"])
+        acc.feed(rendered.body)
         assert acc.response()["choices"][0] == {
             "index": 0,
             "finish_reason": "stop",
             "message": {"role": "assistant", "content": WARM_UP_TEXT},
         }
+        assert acc.usage == WARM_UP_COMPLETION["usage"]
     else:
-        reply = orjson.loads(body["body"])
+        reply = orjson.loads(rendered.body)
         assert reply["choices"][0]["message"]["content"] == WARM_UP_TEXT
         assert reply["choices"][0]["finish_reason"] == "stop"
 

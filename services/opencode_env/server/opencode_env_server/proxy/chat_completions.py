@@ -27,8 +27,13 @@ import aiohttp
 import orjson
 from opencode_env_client.models import Turn
 
+from .dialect import Dialect, DialectError, Rendered, bearer_key, sse
+
 JSON_HEADERS = {"content-type": "application/json"}
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+# A dialect's rendering of the engine's chat completion (None: the chat-completions reply, relayed as it comes).
+ReplyAs = Callable[[dict[str, Any]], Rendered] | None
+ErrorAs = Callable[[int, str, str], bytes]
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
@@ -61,48 +66,56 @@ async def send_body(send: Send, status: int, body: bytes, content_type: bytes = 
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_error(send: Send, status: int, message: str, kind: str = "invalid_request_error") -> None:
-    """An OpenAI-style error body."""
-    await send_body(send, status, orjson.dumps({"error": {"message": message, "type": kind}}))
-
-
 WARM_UP_TEXT = "ok"
+# The canned reply of an agent's warm-up session (no upstream call, no turn recorded).
+WARM_UP_COMPLETION = {
+    "id": "warm-up",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "warm-up",
+    "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1},
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": WARM_UP_TEXT}, "finish_reason": "stop"}],
+}
 
 
-async def send_warm_up_reply(send: Send, stream: bool) -> None:
-    """A canned one-word answer for an agent's warm-up session (no upstream call, no turn recorded)."""
-    message = {"id": "warm-up", "created": 0, "model": "warm-up"}
-    usage = {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}
+def render(request: dict[str, Any], completion: dict[str, Any], stream: bool) -> Rendered:
+    """A chat completion as the agent asked for it: the JSON body, or its chunks as SSE."""
     if not stream:
-        return await send_body(
-            send,
-            200,
-            orjson.dumps(
-                {
-                    **message,
-                    "object": "chat.completion",
-                    "usage": usage,
-                    "choices": [
-                        {"index": 0, "message": {"role": "assistant", "content": WARM_UP_TEXT}, "finish_reason": "stop"}
-                    ],
-                }
-            ),
+        return Rendered(orjson.dumps(completion))
+    head = {key: completion[key] for key in ("id", "created", "model") if key in completion}
+    chunks = []
+    for choice in completion.get("choices") or []:
+        delta = {key: value for key, value in (choice.get("message") or {}).items() if value is not None}
+        for index, call in enumerate(delta.get("tool_calls") or []):
+            delta["tool_calls"][index] = {**call, "index": index}
+        chunks.append(
+            {
+                **head,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": choice.get("index", 0), "delta": delta, "finish_reason": None}],
+            }
         )
-    chunks = [
-        {
-            **message,
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "finish_reason": None, "delta": {"role": "assistant", "content": WARM_UP_TEXT}}],
-        },
-        {
-            **message,
-            "object": "chat.completion.chunk",
-            "usage": usage,
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-        },
-    ]
-    body = b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
-    await send_body(send, 200, body, b"text/event-stream")
+        chunks.append(
+            {
+                **head,
+                "object": "chat.completion.chunk",
+                "choices": [
+                    {"index": choice.get("index", 0), "delta": {}, "finish_reason": choice.get("finish_reason")}
+                ],
+            }
+        )
+    chunks.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": completion.get("usage")})
+    return Rendered(b"".join(sse(None, chunk) for chunk in chunks) + b"data: [DONE]\n\n", b"text/event-stream")
+
+
+def error(status: int, message: str, kind: str) -> bytes:
+    """An OpenAI-style error body."""
+    return orjson.dumps({"error": {"message": message, "type": kind}})
+
+
+async def send_error(send: Send, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    """An OpenAI-style error response."""
+    await send_body(send, status, error(status, message, kind))
 
 
 def request_error(body: Any) -> str | None:
@@ -120,6 +133,13 @@ def request_error(body: Any) -> str | None:
         if body.get(name) is not None and not isinstance(body[name], kind):
             return f"'{name}' must be a {kind.__name__}, got {type(body[name]).__name__}"
     return None
+
+
+def to_chat(body: Any) -> dict[str, Any]:
+    """A chat-completions request as it is (raises ``DialectError`` if it cannot be relayed)."""
+    if (problem := request_error(body)) is not None:
+        raise DialectError(problem)
+    return body
 
 
 # Relayed from a recorded rollout's calls as the agent sent them: they shape the prompt and the form
@@ -322,29 +342,44 @@ class Proxy:
             forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
         return forwarded
 
-    async def relay(self, rollout: RolloutCalls, body: dict[str, Any], send: Send) -> None:
-        """Forward one call for ``rollout``, send the reply back unchanged, then record the turn; the
-        call holds its share of the token budget until then."""
+    async def relay(
+        self,
+        rollout: RolloutCalls,
+        body: dict[str, Any],
+        send: Send,
+        reply_as: ReplyAs = None,
+        error_as: ErrorAs = error,
+    ) -> None:
+        """Forward one chat-completions call for ``rollout``, send the reply back (unchanged, or
+        rendered by ``reply_as`` in the agent's dialect from a non-streamed call), then record the
+        turn; the call holds its share of the token budget until then. Errors go back as ``error_as``
+        renders them."""
         max_tokens = rollout.admit_call(body.get("max_completion_tokens") or body.get("max_tokens"))
         try:
-            await self._relay(rollout, body, send, max_tokens)
+            await self._relay(rollout, body, send, max_tokens, reply_as, error_as)
         finally:
             rollout.release(max_tokens)
 
-    async def _relay(self, rollout: RolloutCalls, body: dict[str, Any], send: Send, max_tokens: int) -> None:
+    async def _relay(
+        self,
+        rollout: RolloutCalls,
+        body: dict[str, Any],
+        send: Send,
+        max_tokens: int,
+        reply_as: ReplyAs,
+        error_as: ErrorAs,
+    ) -> None:
         forwarded = self.prepare(rollout, body, max_tokens)
+        if reply_as is not None:  # the dialect's reply is rendered from the whole completion
+            forwarded.pop("stream", None)
+            forwarded.pop("stream_options", None)
         version = functools.partial(
             self.version_of_call, rollout.upstream_url, self.weight_version(rollout.upstream_url)
         )
-        call = _Call(rollout, forwarded, version, bool(body.get("tools")))
+        call = _Call(rollout, forwarded, version, bool(body.get("tools")), reply_as, error_as)
         url = f"{rollout.upstream_url}/v1/chat/completions"
         try:
-            headers = (
-                JSON_HEADERS
-                if rollout.upstream_api_key is None
-                else {**JSON_HEADERS, "authorization": f"Bearer {rollout.upstream_api_key}"}
-            )
-            async with self.http.post(url, data=orjson.dumps(forwarded), headers=headers) as upstream:
+            async with self.http.post(url, data=orjson.dumps(forwarded), headers=self._headers(rollout)) as upstream:
                 if upstream.status >= 400:
                     await call.upstream_error(send, upstream.status, await upstream.read())
                 elif forwarded.get("stream"):
@@ -355,9 +390,29 @@ class Proxy:
             message = f"inference upstream {url}: {type(exc).__name__}: {exc}"
             rollout.infra_failure(message)
             if not call.started:
-                await send_error(send, 502, message, "upstream_error")
+                await send_body(send, 502, error_as(502, message, "upstream_error"))
             else:  # the stream broke after its headers went out: end it
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    def _headers(rollout: RolloutCalls) -> dict[str, str]:
+        if rollout.upstream_api_key is None:
+            return JSON_HEADERS
+        return {**JSON_HEADERS, "authorization": f"Bearer {rollout.upstream_api_key}"}
+
+    async def count_tokens(self, rollout: RolloutCalls, body: dict[str, Any], timeout_s: float = 30.0) -> int:
+        """The engine's prompt length of a chat request (its ``/tokenize``); no turn, no budget."""
+        request = {"model": rollout.model, "messages": body["messages"], "add_generation_prompt": True}
+        if body.get("tools"):
+            request["tools"] = body["tools"]
+        async with self.http.post(
+            f"{rollout.upstream_url}/tokenize",
+            data=orjson.dumps(request),
+            headers=self._headers(rollout),
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as upstream:
+            upstream.raise_for_status()
+            return int((await upstream.json(loads=orjson.loads, content_type=None))["count"])
 
 
 class _Call:
@@ -369,8 +424,11 @@ class _Call:
         forwarded: dict[str, Any],
         version: Callable[[float], Awaitable[str | None]],
         trainable: bool,
+        reply_as: ReplyAs,
+        error_as: ErrorAs,
     ) -> None:
         self.rollout, self.forwarded, self.version, self.trainable = rollout, forwarded, version, trainable
+        self.reply_as, self.error_as = reply_as, error_as
         self.index = rollout.next_turn_index()
         self.began = time.monotonic()
         self.started = False  # response headers sent
@@ -406,7 +464,11 @@ class _Call:
             stream=False,
         )
         self.started = True
-        await send_body(send, status, content)
+        if self.reply_as is None:
+            await send_body(send, status, content)
+        else:
+            rendered = self.reply_as(reply)
+            await send_body(send, status, rendered.body, rendered.content_type)
 
     async def stream(self, send: Send, upstream: aiohttp.ClientResponse) -> None:
         content_type = upstream.headers.get("content-type", "text/event-stream").encode()
@@ -447,4 +509,9 @@ class _Call:
         if status >= 500:
             self.rollout.infra_failure(f"inference upstream answered {status}: {text[:300]}")
         self.started = True
-        await send_body(send, status, content)
+        await send_body(
+            send, status, content if self.reply_as is None else self.error_as(status, text, "upstream_error")
+        )
+
+
+DIALECT = Dialect("chat_completions", to_chat, render, error, bearer_key)

@@ -95,7 +95,7 @@ class AgentServer:
         """Run one throwaway session to its end and delete it.
 
         OpenCode loads its provider plugins and tools on a server's first prompt (about 2 s here); the
-        proxy answers this session's model call with a canned reply (see ``proxy.send_warm_up_reply``).
+        proxy answers this session's model call with a canned reply (see ``chat_completions.WARM_UP_COMPLETION``).
         """
         await asyncio.wait_for(self.run_session(WARM_UP_PROMPT, None, delete=True), timeout_s)
 
