@@ -28,8 +28,15 @@ for name in "${names[@]}"; do
       /v/bin/python -c 'import json; [print(p[\"metadata\"][\"name\"] + \"==\" + p[\"metadata\"][\"version\"]) for p in sorted(json.load(open(\"/tmp/report.json\"))[\"install\"], key=lambda p: p[\"metadata\"][\"name\"].lower())]' > /req/$name.lock"
     continue
   fi
+  # An agent's .in names the agent (first requirement line) and the requirements of it that it runs
+  # with: the agent is installed without its own (see agent-mini-swe-agent.in).
+  agent='' first=1
+  if [[ $name == agent-* ]]; then
+    agent="/v/bin/pip install -q --no-deps \$(grep -m1 -v '^#' $name.in) && " first=2
+  fi
   docker run --rm -v "$PWD/docker/requirements:/req" "${wheels[@]}" "$BASE_IMAGE" bash -ec "
     apt-get update -qq && apt-get install -y -qq gcc libc6-dev python3-dev >/dev/null
-    cd /req && python3 -m venv /v && /v/bin/pip install -q \$( [ -d /wheelhouse ] && echo --find-links /wheelhouse ) -r $name.in
+    cd /req && python3 -m venv /v && $agent/v/bin/pip install -q \$( [ -d /wheelhouse ] && echo --find-links /wheelhouse ) \
+      -r <(grep -v '^#' $name.in | tail -n +$first)
     /v/bin/pip freeze --exclude-editable | grep -vE '$drop' > /req/$name.lock"
 done

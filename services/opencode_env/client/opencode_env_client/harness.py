@@ -15,7 +15,7 @@ from typing import Any
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
 
 from .client import OpenCodeEnvClient
-from .models import UNSCORED, CreatedRollout, RolloutSummary, Task
+from .models import UNSCORED, CodingAgent, CreatedRollout, RolloutSummary, Task
 from .remote_sandbox import RemoteSandbox
 from .replicas import ReplicaPool
 
@@ -157,7 +157,7 @@ class OpenCodeServiceSessionFactory(ResourceSessionFactory[OpenCodeServiceSessio
     ``base_url``'s name (Swarm), each rollout starts on the one with the most free slots and its
     session keeps every later call on that replica (``ReplicaPool``). ``verifier``: scores a
     rollout instead of the service's held-out tests (see ``Verifier``; picklable, e.g. a module-level
-    function).
+    function). ``agent``: the coding agent each rollout runs.
     """
 
     def __init__(
@@ -170,8 +170,10 @@ class OpenCodeServiceSessionFactory(ResourceSessionFactory[OpenCodeServiceSessio
         request_timeout_s: float = 30.0,
         chat_template_kwargs: dict[str, Any] | None = None,
         verifier: Verifier | None = None,
+        agent: CodingAgent = "opencode",
     ) -> None:
         self.base_url = base_url
+        self.agent = agent
         self.verifier = verifier
         validated = [Task.model_validate(t) for t in tasks]
         self.tasks = {t.instruction: t for t in validated}
@@ -212,7 +214,7 @@ class OpenCodeServiceSessionFactory(ResourceSessionFactory[OpenCodeServiceSessio
         if not self.chat_template_kwargs:
             del sampling["chat_template_kwargs"]
         client, created = self.replicas.start(
-            lambda replica: replica.create_rollout(spec, sampling=sampling, model=self.model)
+            lambda replica: replica.create_rollout(spec, sampling=sampling, model=self.model, agent=self.agent)
         )
         log.debug(
             "rollout %s started on %s for task %s (group seed %s, episode %s)",

@@ -140,12 +140,19 @@ class Task(_Request):
         return files
 
 
+# The coding agents the service runs in a rollout's sandbox (services/opencode_env/README.md, "Agents").
+CodingAgent = Literal["opencode", "claude-code", "codex", "mini-swe-agent", "qwen-code"]
+AgentName = CodingAgent | Literal["external"]
+
+
 class RolloutRequest(_Request):
     """``POST /rollouts``: a task, and how the agent's model calls are served."""
 
     task: Task
-    agent: Literal["opencode", "external"] = Field(
-        "opencode", description="'external': no agent is started; an agent elsewhere calls the proxy with the key"
+    agent: AgentName = Field(
+        "opencode",
+        description="the coding agent run in the sandbox; 'external': none is started, an agent elsewhere "
+        "calls the proxy with the key",
     )
     upstream_url: str | None = Field(None, description="OpenAI-compatible base URL; default: the stack's inference")
     upstream_api_key: str | None = Field(
@@ -295,7 +302,7 @@ class RolloutSummary(_Reply):
     status: Status
     final: bool
     detail: str | None = None
-    agent: Literal["opencode", "external"] = "opencode"
+    agent: AgentName = "opencode"
     model: str = ""
     upstream_url: str = ""
     turns: int = 0

@@ -36,7 +36,7 @@ from opencode_env_client.models import (
     SandboxJob,
 )
 
-from ..rollouts.opencode import OFFLINE_ENV
+from ..rollouts.agents import OPENCODE_OFFLINE
 from ..rollouts.rollout import Rollout
 from ..rollouts.verification import LimitExceeded, Untrusted, bounded, enter
 from ..sandbox.processes import UidNotEmpty
@@ -156,7 +156,7 @@ class SandboxOperations:
 
     def _env(self, sandbox: Sandbox, context: SandboxContext, extra: dict[str, str]) -> dict[str, str]:
         added = {key: self.mapped(value, sandbox) for key, value in extra.items()}
-        return sandbox.env({**OFFLINE_ENV, **added} if context == "agent" else added)
+        return sandbox.env({**OPENCODE_OFFLINE, **added} if context == "agent" else added)
 
     def _cwd(self, sandbox: Sandbox, cwd: str | None) -> str | None:
         return self.mapped(cwd, sandbox) if cwd else None

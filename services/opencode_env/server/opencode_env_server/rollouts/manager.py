@@ -21,7 +21,9 @@ from opencode_env_client.models import (
 
 from ..sandbox.sandbox import clean_stale
 from ..settings import Settings
+from .agent_cli import AgentNotStarted, run_cli
 from .agent_server import AgentFailed, AgentServer
+from .agents import AGENTS
 from .rollout import Rollout
 from .seats import Prepared, Seats, empty_seat
 from .trace import TraceStore
@@ -183,6 +185,8 @@ class RolloutManager:
         if rollout.request.agent == "external":
             await rollout.done.wait()
             return
+        if rollout.request.agent != "opencode":
+            return await self._run_cli_agent(rollout)
         if agent is None:
             agent = self.seats.agent(rollout.sandbox, rollout.seat)
             try:
@@ -211,11 +215,28 @@ class RolloutManager:
                     return
                 # The agent's server died after the policy acted (the agent may kill it): like a crashed CLI run.
                 rollout.agent_exit_code = agent.process.returncode
-            if rollout.sandbox.violation:
-                rollout.stop(LIMIT_EXCEEDED, rollout.sandbox.violation)
-            if rollout.first_call_at is None:
-                rollout.infra_failure("the OpenCode session ended without a model call")
-            rollout.stop(COMPLETED, f"agent finished (exit code {rollout.agent_exit_code})")
+        self._agent_finished(rollout, "the OpenCode session")
+
+    async def _run_cli_agent(self, rollout: Rollout) -> None:
+        agent = AGENTS[rollout.request.agent]
+        proxy = f"http://127.0.0.1:{self.settings.sandbox_proxy_port(rollout.seat)}"
+        try:
+            exit_code = await run_cli(rollout, agent, proxy)
+        except AgentNotStarted as exc:
+            rollout.infra_failure(f"the agent did not start: {exc}")
+            return
+        if exit_code is not None:
+            rollout.agent_exit_code = exit_code
+            self._agent_finished(rollout, f"{agent.name} (exit code {exit_code})")
+
+    @staticmethod
+    def _agent_finished(rollout: Rollout, who: str) -> None:
+        """The agent ended on its own: completed, unless a limit was hit or the policy never acted."""
+        if rollout.sandbox.violation:
+            rollout.stop(LIMIT_EXCEEDED, rollout.sandbox.violation)
+        if rollout.first_call_at is None:
+            rollout.infra_failure(f"{who} ended without a model call")
+        rollout.stop(COMPLETED, f"agent finished (exit code {rollout.agent_exit_code})")
 
     async def verify(self, rollout: Rollout) -> Verification:
         """Run the held-out tests in a trusted context (``verification``); reward = fraction passed

@@ -4,18 +4,9 @@ import json
 from typing import Any
 
 from ..sandbox.sandbox import Sandbox
+from .agents import AGENTS, MODEL
 
 PROVIDER = "rlstack"
-MODEL = "policy"
-# OpenCode without the network: no update check, models.dev fetch, LSP or plugin download, sharing.
-OFFLINE_ENV = {
-    "OPENCODE_DISABLE_AUTOUPDATE": "1",
-    "OPENCODE_DISABLE_MODELS_FETCH": "1",
-    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-    "OPENCODE_DISABLE_SHARE": "1",
-    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-    "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-}
 
 
 def opencode_config(proxy_base_url: str, api_key: str, output_tokens: int) -> dict[str, Any]:
@@ -41,23 +32,17 @@ def opencode_config(proxy_base_url: str, api_key: str, output_tokens: int) -> di
     }
 
 
-def prepare(
-    sandbox: Sandbox, proxy_base_url: str, api_key: str, output_tokens: int, server_password: str
-) -> dict[str, str]:
+def prepare(sandbox: Sandbox, proxy: str, api_key: str, output_tokens: int, server_password: str) -> dict[str, str]:
     """Write the config beside (not inside) the sandbox's HOME, readable by its uid only; returns
-    the agent's environment."""
-    config = json.dumps(opencode_config(proxy_base_url, api_key, output_tokens), indent=2).encode()
+    the agent's environment (``agents.AGENTS["opencode"]``'s, with the config and server password)."""
+    config = json.dumps(opencode_config(f"{proxy}/v1", api_key, output_tokens), indent=2).encode()
     path = sandbox.write_private("opencode.json", config, 0o440)
-    return sandbox.env(
-        {
-            "OPENCODE_CONFIG": str(path),
-            **OFFLINE_ENV,
-            # Basic auth on the agent's server: a fence beside the firewall and the listener check.
-            "OPENCODE_SERVER_PASSWORD": server_password,
-            "OPENAI_API_KEY": api_key,
-            "OPENAI_BASE_URL": proxy_base_url,
-        }
-    )
+    return {
+        **AGENTS["opencode"].environment(sandbox, proxy, api_key, output_tokens),
+        "OPENCODE_CONFIG": str(path),
+        # Basic auth on the agent's server: a fence beside the firewall and the listener check.
+        "OPENCODE_SERVER_PASSWORD": server_password,
+    }
 
 
 def serve_command(binary: str, port: int) -> list[str]:
