@@ -66,6 +66,7 @@ def call(url, key=None, body=None, method="GET"):
     except OSError:
         return "unreachable"
 chat = json.dumps({{"messages": [{{"role": "user", "content": "hi"}}]}}).encode()
+messages = json.dumps({{"model": "m", "max_tokens": 8, "messages": [{{"role": "user", "content": "hi"}}]}}).encode()
 stolen = open("stolen_key.txt").read().strip()
 victim = open("victim_id.txt").read().strip()
 own_ip = socket.gethostbyname(socket.gethostname())
@@ -87,6 +88,11 @@ print(json.dumps({{
     "own_port_sandbox_exec": call(f"http://127.0.0.1:{{own}}/rollouts/{{victim}}/sandbox/exec",
                                   body=b'{{"command": "id"}}', method="POST"),
     "own_port_stolen_key": call(f"http://127.0.0.1:{{own}}/v1/chat/completions", stolen, chat, "POST"),
+    # Every agent's dialect is the same fence: the seat's own rollout's key only.
+    "own_port_stolen_key_messages": call(f"http://127.0.0.1:{{own}}/v1/messages", stolen, messages, "POST"),
+    "own_port_stolen_key_count": call(f"http://127.0.0.1:{{own}}/v1/messages/count_tokens", stolen, messages, "POST"),
+    "own_port_stolen_key_responses": call(f"http://127.0.0.1:{{own}}/v1/responses", stolen, b'{{"input": "hi"}}',
+                                          "POST"),
     "other_ports": sorted({{call(f"http://127.0.0.1:{{p}}/health")
                             for p in range({PROXY_PORT_BASE}, {PROXY_PORT_BASE} + 4) if p != own}}),
 }}))
@@ -110,6 +116,9 @@ def test_a_sandbox_reaches_no_control_api_and_no_key_but_its_own(opencode_env) -
             "api_sandbox_exec": "unreachable",
             "own_port_sandbox_exec": 404,
             "own_port_stolen_key": 401,
+            "own_port_stolen_key_messages": 401,
+            "own_port_stolen_key_count": 401,
+            "own_port_stolen_key_responses": 401,
             "other_ports": ["unreachable"],
         }, out
         assert httpx.get(f"{url}/rollouts/{victim['rollout_id']}").json()["status"] == "running"  # untouched

@@ -176,6 +176,52 @@ def test_sandbox_code_cannot_change_how_the_engine_samples(opencode_env) -> None
         close(url, rollout)
 
 
+DIALECT_CALLS = {
+    # path: (the smallest call, fields that would steer sampling, the agent's own sampling fields)
+    "/v1/messages": (
+        {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+        [
+            {"tool_choice": {"type": "any"}},
+            {"tool_choice": {"type": "tool", "name": "Bash"}},
+            {"output_config": {"format": {"type": "json_schema", "schema": {}}}},
+            {"allowed_token_ids": [1]},
+        ],
+        {"temperature": 0.0, "top_k": 1, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+    ),
+    "/v1/responses": (
+        {"model": "m", "max_output_tokens": 4, "input": "hi"},
+        [
+            {"tool_choice": "required"},
+            {"text": {"format": {"type": "json_object"}}},
+            {"logit_bias": {"1": 100}},
+            {"previous_response_id": "resp_1"},
+        ],
+        {"temperature": 0.0, "top_p": 0.01, "reasoning": {"effort": "high"}},
+    ),
+}
+
+
+@pytest.mark.parametrize("path", sorted(DIALECT_CALLS))
+def test_no_agent_dialect_is_a_way_around_the_sampling_rules(opencode_env, path: str) -> None:
+    url = opencode_env.url
+    call, steering, own_sampling = DIALECT_CALLS[path]
+    rollout = create(url, task(), agent="external", sampling={"temperature": 0.7})
+    headers = {"x-api-key": rollout["api_key"], "authorization": f"Bearer {rollout['api_key']}"}
+    try:
+        for field in steering:
+            answer = httpx.post(f"{url}{path}", headers=headers, timeout=30, json={**call, **field})
+            assert answer.status_code == 400, (field, answer.text)
+        relayed = httpx.post(f"{url}{path}", headers=headers, timeout=120, json={**call, **own_sampling})
+        assert relayed.status_code == 200, relayed.text
+        [turn] = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/turns", timeout=30).json()
+        sent = turn["request"]
+        assert sent["temperature"] == 0.7 and sent["max_tokens"] == 4, sent
+        assert not {"top_k", "top_p", "thinking", "reasoning", "seed"} & set(sent), sent
+        assert len(turn["per_token_logps"]) == len(turn["completion_token_ids"]) > 0
+    finally:
+        close(url, rollout)
+
+
 def test_bad_names_and_bad_input_get_clear_answers(opencode_env) -> None:
     url = opencode_env.url
     for name in ("a\u0000b", "d/", ".", "./a", "a//b"):

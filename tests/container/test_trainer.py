@@ -525,6 +525,75 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
         subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
 
 
+def test_an_async_grpo_step_on_cpu_trains_on_a_non_opencode_agents_rollouts(
+    trainer_image, inference_image, opencode_image, models_volume, network, outputs
+):
+    """One AsyncGRPO step with ``opencode.agent=mini-swe-agent``: the toy agent's bash call (the tool
+    mini-swe-agent calls as OpenCode does) runs in mini-swe-agent's rollouts, and the step trains on
+    exactly the tokens the engine sampled there, with its logprobs."""
+    weights, inference = weight_synced_inference(
+        trainer_image,
+        inference_image,
+        models_volume,
+        network,
+        "/models/opencode-policy",
+        "mini-inference",
+        "agent",
+        16384,
+    )
+    env = None
+    try:
+        wait_healthy(f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}/health", 420)
+        env = start_opencode_env(
+            opencode_image, network, 4, "mini-env", INFERENCE_URL="http://mini-inference:8000", INFERENCE_MODEL="agent"
+        )
+        sets = {
+            "async_grpo.max_steps": "1",
+            "opencode.agent": "mini-swe-agent",
+            "opencode.env_url": "http://mini-env:8000",
+            "inference.url": "http://mini-inference:8000",
+            "inference.model": "agent",
+            "output_dir": "/outputs/async-mini",
+        }
+        job = subprocess.run(
+            ["docker", "run", "--rm", "--network", network.name, f"-v{outputs}:/outputs", f"-v{models_volume}:/models"]
+            + [f"-v{weights}:/weights", trainer_image, "async-grpo", "--config", "async-grpo-cpu.yaml"]
+            + [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        text = job.stdout + job.stderr
+        assert job.returncode == 0 and "step 1/1 | reward" in text, text[-6000:]
+        run = outputs / "async-mini"
+        sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+        summaries = [httpx.get(f"{env.url}/rollouts/{s['rollout_id']}", timeout=30).json() for s in sessions]
+        assert {s["agent"] for s in summaries} == {"mini-swe-agent"}, summaries
+        turns = [
+            t for s in sessions for t in httpx.get(f"{env.url}/rollouts/{s['rollout_id']}/turns", timeout=30).json()
+        ]
+        rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
+        assert rows and all(isinstance(r["reward"], float) for r in rows)
+        for row in rows:
+            turn = next(
+                t
+                for t in turns
+                if t["prompt_token_ids"] and row["input_ids"][: len(t["prompt_token_ids"])] == t["prompt_token_ids"]
+            )
+            start, end = (
+                len(turn["prompt_token_ids"]),
+                len(turn["prompt_token_ids"]) + len(turn["completion_token_ids"]),
+            )
+            assert row["input_ids"][start:end] == turn["completion_token_ids"]
+            assert row["completion_mask"][start:end] == [1] * (end - start)
+            assert row["old_log_probs"][start:end] == pytest.approx(turn["per_token_logps"], abs=1e-6)
+    finally:
+        if env is not None:
+            env.stop()
+        inference.stop()
+        subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
+
+
 PRETRAIN_QUICK = [
     "--set",
     "pretrain.base=/models/a",
