@@ -1,17 +1,18 @@
-"""Rollout throughput of the OpenCode environment with the default model on this machine.
+"""Rollout throughput of the OpenCode environment per coding agent with the default model on this machine.
 
-Starts vllm-cpu (default model, the stack's flags) and opencode-env on a private Docker network,
-then runs rollouts at each concurrency and prints rollouts per minute and the time from creating a
-rollout to its first model call (and the median time of each rollout's held-out verification),
-with the OpenCode servers pre-started and warmed up in the free
-slots (AGENT_PREWARM=on, the default) and without (each rollout starts its server). The default
-model is random, so each rollout is one OpenCode turn: the ~7.6k-token first prompt, up to
---max-tokens of output, then OpenCode stops. A first round of one rollout per slot (not counted)
-warms the engine and has every sandbox seat prepared with the benchmark's limits; each run starts
-once every seat's server is warm again.
+Starts vllm-cpu (default model, the stack's flags, a 40,960-token context for the agents' long first
+prompts) and opencode-env on a private Docker network, then, for each agent, runs rollouts at each
+concurrency and prints rollouts per minute and the time from creating a rollout to its first model
+call (and the median time of each rollout's held-out verification). OpenCode runs with its servers
+pre-started and warmed up in the free slots (AGENT_PREWARM=on, the default) and without (each rollout
+starts its server); the other agents start one CLI process per rollout (AGENT_PREWARM=off). The
+default model is random, so a rollout is the agent's first prompt, up to --max-tokens of output
+with no tool call, then the agent stops (mini-swe-agent asks again until the 4-call cap). A first
+round of one rollout per slot (not counted) warms the engine and has every sandbox seat prepared
+with the benchmark's limits; each OpenCode run starts once every seat's server is warm again.
 
-    python bench/opencode_rollouts.py [--concurrency 1 4] [--rollouts-per-slot 2] [--agent-prewarm on off]
-                                      [--agent-spares 1]
+    python bench/opencode_rollouts.py [--agents opencode claude-code ...] [--concurrency 1 4]
+                                      [--rollouts-per-slot 2] [--agent-prewarm on off] [--agent-spares 1]
 """
 
 import argparse
@@ -31,14 +32,17 @@ TASK = {
 }
 
 
-def one_rollout(url: str, max_tokens: int) -> tuple[float, float, bool, float]:
+def one_rollout(url: str, agent: str, max_tokens: int) -> tuple[float, float, bool, float]:
     """(seconds from creation to the first model call, seconds to finish, served by a pre-started
     agent, seconds its held-out verification took)."""
     began = time.monotonic()
     created = httpx.post(
         f"{url}/rollouts",
         timeout=30,
-        json={"task": {**TASK, "limits": {"max_turns": 4, "max_tokens_per_turn": max_tokens, "wall_s": 600}}},
+        json={
+            "task": {**TASK, "limits": {"max_turns": 4, "max_tokens_per_turn": max_tokens, "wall_s": 600}},
+            "agent": agent,
+        },
     ).json()
     status = httpx.post(f"{url}/rollouts/{created['rollout_id']}/wait", params={"timeout_s": 600}, timeout=660).json()
     verifying = time.monotonic()
@@ -67,6 +71,9 @@ def wait_warm(url: str, timeout_s: float = 180) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tag", default="dev")
+    parser.add_argument(
+        "--agents", nargs="+", default=["opencode", "claude-code", "codex", "mini-swe-agent", "qwen-code"]
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--rollouts-per-slot", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
@@ -107,6 +114,8 @@ def main() -> None:
                 "SERVED_MODEL_NAME=default",
                 "-e",
                 "DTYPE=float32",
+                "-e",
+                "MAX_MODEL_LEN=40960",
                 f"rlstack/inference-cpu:{args.tag}",
             )
         )
@@ -116,14 +125,19 @@ def main() -> None:
             "'http://inference:8000/health'); break\n except OSError: time.sleep(1)"
         )
         print(
-            f"OpenCode rollouts with the default model ({args.max_tokens} output tokens per turn, "
+            f"Rollouts with the default model ({args.max_tokens} output tokens per turn, "
             f"{slots} slots, {args.agent_spares} spare seats)"
         )
         print(
-            f"{'prewarm':>8}{'concurrency':>12}{'rollouts':>10}{'rollouts/min':>14}{'first call p50 s':>18}"
-            f"{'first call max s':>18}{'verify p50 s':>14}{'pre-started':>13}"
+            f"{'agent':>15}{'prewarm':>8}{'concurrency':>12}{'rollouts':>10}{'rollouts/min':>14}"
+            f"{'first call p50 s':>18}{'first call max s':>18}{'verify p50 s':>14}{'pre-started':>13}"
         )
-        for prewarm in args.agent_prewarm:
+        runs = [
+            (agent, prewarm)
+            for agent in args.agents
+            for prewarm in (args.agent_prewarm if agent == "opencode" else ["off"])
+        ]
+        for agent, prewarm in runs:
             env = docker(
                 "run",
                 "-d",
@@ -150,20 +164,23 @@ def main() -> None:
             wait_http(f"{url}/health", 60)
             subprocess.run(["docker", "exec", env, "python3", "-c", wait_inference], check=True)
             with concurrent.futures.ThreadPoolExecutor(slots) as pool:  # warm-up round, one rollout per slot
-                list(pool.map(lambda _, url=url: one_rollout(url, args.max_tokens), range(slots)))
+                list(pool.map(lambda _, url=url, agent=agent: one_rollout(url, agent, args.max_tokens), range(slots)))
             for concurrency in args.concurrency:
                 if prewarm == "on":
                     wait_warm(url)
                 n = concurrency * args.rollouts_per_slot
                 began = time.monotonic()
                 with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-                    results = list(pool.map(lambda _, url=url: one_rollout(url, args.max_tokens), range(n)))
+                    results = list(
+                        pool.map(lambda _, url=url, agent=agent: one_rollout(url, agent, args.max_tokens), range(n))
+                    )
                 elapsed = time.monotonic() - began
                 firsts = [r[0] for r in results]
+                verify = statistics.median(r[3] for r in results)
+                prestarted = sum(r[2] for r in results)
                 print(
-                    f"{prewarm:>8}{concurrency:>12}{n:>10}{n / elapsed * 60:>14.1f}{statistics.median(firsts):>18.2f}"
-                    f"{max(firsts):>18.2f}{statistics.median(r[3] for r in results):>14.2f}"
-                    f"{sum(r[2] for r in results):>10}/{n:<2}"
+                    f"{agent:>15}{prewarm:>8}{concurrency:>12}{n:>10}{n / elapsed * 60:>14.1f}"
+                    f"{statistics.median(firsts):>18.2f}{max(firsts):>18.2f}{verify:>14.2f}{prestarted:>10}/{n:<2}"
                 )
             subprocess.run(["docker", "rm", "-f", env], capture_output=True)
     finally:

@@ -17,8 +17,8 @@ import pytest
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
-from tests.container.conftest import MODEL_NAME, run_in_image, start_inference, start_opencode_env
-from tests.container.test_opencode_env import create, task, wait
+from tests.container.conftest import run_in_image, start_inference, start_opencode_env
+from tests.container.test_opencode_env import assert_engine_exact, create, task, wait
 
 SOLUTION = "echo 'print(input()[::-1])' > solution.py"
 # Each agent's shell tool, as its model would call it.
@@ -98,25 +98,7 @@ def test_the_agent_runs_its_shell_tool_in_the_sandbox_with_token_exact_turns_and
         assert len(turns) >= 2, log[-3000:]  # the call that ran the command, and the one after its result
         for t in turns:
             assert t["upstream_status"] == 200, t.get("upstream_error")
-            tokenized = httpx.post(
-                f"{inference.url}/tokenize",
-                timeout=120,
-                json={
-                    "model": MODEL_NAME,
-                    "messages": t["request"]["messages"],
-                    "tools": t["request"].get("tools"),
-                    "add_generation_prompt": True,
-                },
-            ).json()
-            assert t["prompt_token_ids"] == tokenized["tokens"]
-            text = httpx.post(
-                f"{inference.url}/detokenize",
-                timeout=30,
-                json={"model": MODEL_NAME, "tokens": t["completion_token_ids"]},
-            ).json()["prompt"]
-            assert text.startswith("<tool_call>") and json.dumps(SHELL_CALLS[agent]) in text
-            assert len(t["per_token_logps"]) == len(t["completion_token_ids"]) > 0
-            assert t["finish_reason"] == "tool_calls" and t["trainable"] is True
+            assert_engine_exact(inference.url, t, SHELL_CALLS[agent])
         # The first turn's prompt holds the task; a later one holds the command's result.
         assert "prints its input line reversed" in json.dumps(turns[0]["request"]["messages"])
         assert any(m["role"] == "tool" for m in turns[1]["request"]["messages"])

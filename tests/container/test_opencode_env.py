@@ -29,6 +29,28 @@ def wait(url: str, rollout_id: str, timeout_s: float = 240) -> dict:
     ).json()
 
 
+def assert_engine_exact(inference_url: str, turn: dict, call: dict) -> None:
+    """The turn's prompt ids are the engine's own tokenisation of the recorded request, its completion
+    decodes to the scripted tool call with one logprob per token, and it is trainable."""
+    tokenized = httpx.post(
+        f"{inference_url}/tokenize",
+        timeout=120,
+        json={
+            "model": MODEL_NAME,
+            "messages": turn["request"]["messages"],
+            "tools": turn["request"].get("tools"),
+            "add_generation_prompt": True,
+        },
+    ).json()
+    assert turn["prompt_token_ids"] == tokenized["tokens"]
+    text = httpx.post(
+        f"{inference_url}/detokenize", timeout=30, json={"model": MODEL_NAME, "tokens": turn["completion_token_ids"]}
+    ).json()["prompt"]
+    assert text.startswith("<tool_call>") and json.dumps(call) in text
+    assert len(turn["per_token_logps"]) == len(turn["completion_token_ids"]) > 0
+    assert turn["finish_reason"] == "tool_calls" and turn["trainable"] is True
+
+
 def task(**overrides) -> dict:
     base = {
         "task_id": "reverse",
@@ -61,28 +83,7 @@ def test_rollout_runs_the_agent_tool_call_in_the_sandbox_and_records_engine_toke
         assert len(turns) == 2
         assert all(t["upstream_status"] == 200 and t["stream"] for t in turns)
         for t in turns:
-            # prompt ids: the engine's own tokenisation of the forwarded request
-            tokenized = httpx.post(
-                f"{scripted_inference.url}/tokenize",
-                timeout=60,
-                json={
-                    "model": MODEL_NAME,
-                    "messages": t["request"]["messages"],
-                    "tools": t["request"].get("tools"),
-                    "add_generation_prompt": True,
-                },
-            ).json()
-            assert t["prompt_token_ids"] == tokenized["tokens"]
-            text = httpx.post(
-                f"{scripted_inference.url}/detokenize",
-                timeout=30,
-                json={"model": MODEL_NAME, "tokens": t["completion_token_ids"]},
-            ).json()["prompt"]
-            assert json.dumps(SCRIPTED_CALL) in text
-            assert text.startswith("<tool_call>")
-            assert len(t["per_token_logps"]) == len(t["completion_token_ids"])
-            assert t["finish_reason"] == "tool_calls"
-            assert t["trainable"] is True
+            assert_engine_exact(scripted_inference.url, t, SCRIPTED_CALL)
         assert turns[1]["prefix_consistent"] is not None
 
         trace = httpx.get(f"{url}/rollouts/{rollout['rollout_id']}/trace").json()

@@ -1,6 +1,7 @@
 """The CPU trainer image against the real services: GRPO on reasoning-gym, CPU weight sync into the
 inference server, and OpenCode rollouts turned into TRL training rows."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -410,6 +411,71 @@ def test_cpu_weight_sync_serves_the_trained_weights(
 
 # A non-default temperature (OpenEnv's harness allows no other change to the training policy: see
 # test_gpu_path), and what the proxy must forward with it: the full-vocabulary policy.
+@contextlib.contextmanager
+def toy_agent_stack(
+    images: tuple[str, str, str], models_volume: str, network: Network, inference_alias: str, env_alias: str
+) -> Iterator[tuple[str, DockerContainer, DockerContainer]]:
+    """(weights volume, inference, opencode-env): ``weight_synced_inference`` serving the toy agent
+    (``/models/opencode-policy``) as ``agent``, healthy, and an OpenCode env (4 slots) against it;
+    all stopped and the volume removed on exit. ``images``: trainer, inference, opencode-env."""
+    trainer_image, inference_image, opencode_image = images
+    weights, inference = weight_synced_inference(
+        trainer_image,
+        inference_image,
+        models_volume,
+        network,
+        "/models/opencode-policy",
+        inference_alias,
+        "agent",
+        16384,
+    )
+    env = None
+    try:
+        wait_healthy(f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}/health", 420)
+        env = start_opencode_env(
+            opencode_image,
+            network,
+            4,
+            env_alias,
+            INFERENCE_URL=f"http://{inference_alias}:8000",
+            INFERENCE_MODEL="agent",
+        )
+        yield weights, inference, env
+    finally:
+        if env is not None:
+            env.stop()
+        inference.stop()
+        subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
+
+
+def async_grpo_cpu_command(mounts: tuple[str, Path, str, str, str], sets: dict[str, str]) -> list[str]:
+    """``docker run`` of async-grpo-cpu.yaml with ``sets`` (KEY: VALUE); ``mounts``: network, outputs
+    folder, models volume, weights volume, trainer image."""
+    network, outputs, models_volume, weights, trainer_image = mounts
+    command = ["docker", "run", "--rm", "--network", network, f"-v{outputs}:/outputs", f"-v{models_volume}:/models"]
+    command += [f"-v{weights}:/weights", trainer_image, "async-grpo", "--config", "async-grpo-cpu.yaml"]
+    return command + [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+
+
+def assert_rows_train_the_sampled_tokens(rows: list[dict], turns: list[dict]) -> None:
+    """Each row is one conversation: the engine's prompt ids, then its sampled ids, trained with their logprobs."""
+    for row in rows:
+        first = next(
+            t
+            for t in turns
+            if t["prompt_token_ids"]
+            and row["input_ids"][: len(t["prompt_token_ids"])] == t["prompt_token_ids"]
+            and row["input_ids"][len(t["prompt_token_ids"]) :][: len(t["completion_token_ids"])]
+            == t["completion_token_ids"]
+        )
+        start = len(first["prompt_token_ids"])
+        end = start + len(first["completion_token_ids"])
+        assert row["completion_mask"][:start] == [0] * start
+        assert row["completion_mask"][start:end] == [1] * (end - start)
+        assert row["old_log_probs"][start:end] == pytest.approx(first["per_token_logps"], abs=1e-6)
+        assert row["trained_tokens"] == sum(row["completion_mask"]) == end - start
+
+
 TEMPERATURE = 0.9
 FORWARDED = {"temperature": TEMPERATURE, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
 
@@ -421,54 +487,23 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
     step and later turns are sampled by them, every row's trained tokens are exactly the sampled
     ones with the engine's logprobs, the trainer's recomputed logprobs match the proxy's, and an
     inference restart mid-run costs rollouts (infra failures, never trained on), not the run."""
-    weights, inference = weight_synced_inference(
-        trainer_image,
-        inference_image,
-        models_volume,
-        network,
-        "/models/opencode-policy",
-        "agent-inference",
-        "agent",
-        16384,
-    )
-    env = None
-    try:
-        url = f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}"
-        wait_healthy(f"{url}/health", timeout_s=420)
-        env = start_opencode_env(
-            opencode_image,
-            network,
-            4,
-            "agent-opencode",
-            INFERENCE_URL="http://agent-inference:8000",
-            INFERENCE_MODEL="agent",
+    images = (trainer_image, inference_image, opencode_image)
+    with toy_agent_stack(images, models_volume, network, "agent-inference", "agent-opencode") as (
+        weights,
+        inference,
+        env,
+    ):
+        command = async_grpo_cpu_command(
+            (network.name, outputs, models_volume, weights, trainer_image),
+            {
+                "async_grpo.max_steps": "3",
+                "opencode.env_url": "http://agent-opencode:8000",
+                "inference.url": "http://agent-inference:8000",
+                "inference.model": "agent",
+                "output_dir": "/outputs/async-cpu",
+                "async_grpo.temperature": str(TEMPERATURE),
+            },
         )
-        command = [
-            "docker",
-            "run",
-            "--rm",
-            "--network",
-            network.name,
-            f"-v{outputs}:/outputs",
-            f"-v{models_volume}:/models",
-            f"-v{weights}:/weights",
-            trainer_image,
-            "async-grpo",
-            "--config",
-            "async-grpo-cpu.yaml",
-            "--set",
-            "async_grpo.max_steps=3",
-            "--set",
-            "opencode.env_url=http://agent-opencode:8000",
-            "--set",
-            "inference.url=http://agent-inference:8000",
-            "--set",
-            "inference.model=agent",
-            "--set",
-            "output_dir=/outputs/async-cpu",
-            "--set",
-            f"async_grpo.temperature={TEMPERATURE}",
-        ]
         job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         log, restarted = [], False
         for line in job.stdout:
@@ -502,27 +537,7 @@ def test_async_grpo_on_cpu_trains_in_opencode_and_survives_an_inference_restart(
         assert {"step-1", "step-2"} & set(versions), versions
         # The trainer's sampling settings are what the proxy forwarded to the engine on every call.
         assert all({k: t["request"].get(k) for k in FORWARDED} == FORWARDED for t in turns if t["prompt_token_ids"])
-        for row in rows:
-            # A row is one conversation: the engine's prompt ids, then its sampled ids with their logprobs.
-            first = next(
-                t
-                for t in turns
-                if t["prompt_token_ids"]
-                and row["input_ids"][: len(t["prompt_token_ids"])] == t["prompt_token_ids"]
-                and row["input_ids"][len(t["prompt_token_ids"]) :][: len(t["completion_token_ids"])]
-                == t["completion_token_ids"]
-            )
-            start = len(first["prompt_token_ids"])
-            end = start + len(first["completion_token_ids"])
-            assert row["completion_mask"][:start] == [0] * start
-            assert row["completion_mask"][start:end] == [1] * (end - start)
-            assert row["old_log_probs"][start:end] == pytest.approx(first["per_token_logps"], abs=1e-6)
-            assert row["trained_tokens"] == sum(row["completion_mask"]) == end - start
-    finally:
-        if env is not None:
-            env.stop()
-        inference.stop()
-        subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
+        assert_rows_train_the_sampled_tokens(rows, turns)
 
 
 def test_an_async_grpo_step_on_cpu_trains_on_a_non_opencode_agents_rollouts(
@@ -531,22 +546,8 @@ def test_an_async_grpo_step_on_cpu_trains_on_a_non_opencode_agents_rollouts(
     """One AsyncGRPO step with ``opencode.agent=mini-swe-agent``: the toy agent's bash call (the tool
     mini-swe-agent calls as OpenCode does) runs in mini-swe-agent's rollouts, and the step trains on
     exactly the tokens the engine sampled there, with its logprobs."""
-    weights, inference = weight_synced_inference(
-        trainer_image,
-        inference_image,
-        models_volume,
-        network,
-        "/models/opencode-policy",
-        "mini-inference",
-        "agent",
-        16384,
-    )
-    env = None
-    try:
-        wait_healthy(f"http://{inference.get_container_host_ip()}:{inference.get_exposed_port(8000)}/health", 420)
-        env = start_opencode_env(
-            opencode_image, network, 4, "mini-env", INFERENCE_URL="http://mini-inference:8000", INFERENCE_MODEL="agent"
-        )
+    images = (trainer_image, inference_image, opencode_image)
+    with toy_agent_stack(images, models_volume, network, "mini-inference", "mini-env") as (weights, inference, env):
         sets = {
             "async_grpo.max_steps": "1",
             "opencode.agent": "mini-swe-agent",
@@ -556,9 +557,7 @@ def test_an_async_grpo_step_on_cpu_trains_on_a_non_opencode_agents_rollouts(
             "output_dir": "/outputs/async-mini",
         }
         job = subprocess.run(
-            ["docker", "run", "--rm", "--network", network.name, f"-v{outputs}:/outputs", f"-v{models_volume}:/models"]
-            + [f"-v{weights}:/weights", trainer_image, "async-grpo", "--config", "async-grpo-cpu.yaml"]
-            + [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")],
+            async_grpo_cpu_command((network.name, outputs, models_volume, weights, trainer_image), sets),
             capture_output=True,
             text=True,
             timeout=1200,
@@ -574,24 +573,7 @@ def test_an_async_grpo_step_on_cpu_trains_on_a_non_opencode_agents_rollouts(
         ]
         rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
         assert rows and all(isinstance(r["reward"], float) for r in rows)
-        for row in rows:
-            turn = next(
-                t
-                for t in turns
-                if t["prompt_token_ids"] and row["input_ids"][: len(t["prompt_token_ids"])] == t["prompt_token_ids"]
-            )
-            start, end = (
-                len(turn["prompt_token_ids"]),
-                len(turn["prompt_token_ids"]) + len(turn["completion_token_ids"]),
-            )
-            assert row["input_ids"][start:end] == turn["completion_token_ids"]
-            assert row["completion_mask"][start:end] == [1] * (end - start)
-            assert row["old_log_probs"][start:end] == pytest.approx(turn["per_token_logps"], abs=1e-6)
-    finally:
-        if env is not None:
-            env.stop()
-        inference.stop()
-        subprocess.run(["docker", "volume", "rm", "-f", weights], capture_output=True)
+        assert_rows_train_the_sampled_tokens(rows, turns)
 
 
 PRETRAIN_QUICK = [

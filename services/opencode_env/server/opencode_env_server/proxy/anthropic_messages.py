@@ -18,7 +18,9 @@ from .dialect import (
     DialectError,
     Rendered,
     bearer_key,
+    chat_function,
     chat_message,
+    refuse_unknown,
     sse,
     text_of,
     tool_arguments,
@@ -40,12 +42,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The chat-completions request of a Messages request (raises ``DialectError``)."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         raise DialectError("the body must be a JSON object with a 'messages' list")
-    unknown = sorted(set(body) - TRANSLATED - SAMPLING - IGNORED)
-    if unknown:
-        raise DialectError(
-            f"field(s) {', '.join(map(repr, unknown))} not relayed: a recorded rollout's calls are sampled under "
-            f"the trainer's settings only; allowed: {', '.join(sorted(TRANSLATED | IGNORED))}"
-        )
+    refuse_unknown(body, TRANSLATED | IGNORED, SAMPLING)
     output_config = body.get("output_config") or {}
     if not isinstance(output_config, dict) or set(output_config) - {"effort"}:
         raise DialectError(
@@ -130,10 +127,7 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or tool.get("type") not in (None, "custom"):
         kind = tool.get("type") if isinstance(tool, dict) else None
         raise DialectError(f"{where}: only client tools (name, input_schema) are relayed, not {kind!r}")
-    function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
-    if tool.get("description"):
-        function["description"] = tool["description"]
-    return {"type": "function", "function": function}
+    return chat_function(tool["name"], tool.get("description"), tool.get("input_schema"))
 
 
 def _tool_choice(choice: Any) -> dict[str, Any]:

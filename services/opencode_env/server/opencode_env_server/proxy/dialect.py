@@ -43,6 +43,25 @@ class Dialect:
     key: Callable[[dict[bytes, bytes]], str]
 
 
+def refuse_unknown(body: dict[str, Any], relayed: frozenset[str], sampling: frozenset[str]) -> None:
+    """Raise ``DialectError`` naming the fields that are neither ``relayed`` (translated or harmless)
+    nor ``sampling`` fields (dropped): any other field might change what the engine samples."""
+    unknown = sorted(set(body) - relayed - sampling)
+    if unknown:
+        raise DialectError(
+            f"field(s) {', '.join(map(repr, unknown))} not relayed: a recorded rollout's calls are sampled under "
+            f"the trainer's settings only; allowed: {', '.join(sorted(relayed))}"
+        )
+
+
+def chat_function(name: str, description: str | None, parameters: dict[str, Any] | None) -> dict[str, Any]:
+    """A chat-completions function tool."""
+    function: dict[str, Any] = {"name": name, "parameters": parameters or {"type": "object"}}
+    if description:
+        function["description"] = description
+    return {"type": "function", "function": function}
+
+
 def bearer_key(headers: dict[bytes, bytes]) -> str:
     """The token of an ``Authorization: Bearer`` header ("" without one)."""
     auth = headers.get(b"authorization", b"").decode("latin-1")

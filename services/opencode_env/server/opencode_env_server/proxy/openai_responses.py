@@ -17,17 +17,7 @@ from typing import Any
 
 import orjson
 
-from . import chat_completions
-from .dialect import (
-    Dialect,
-    DialectError,
-    Rendered,
-    bearer_key,
-    chat_message,
-    sse,
-    text_of,
-    usage_of,
-)
+from . import chat_completions, dialect
 
 TRANSLATED = frozenset(
     {
@@ -52,20 +42,17 @@ ROLES = {"user": "user", "assistant": "assistant", "system": "system", "develope
 
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """The chat-completions request of a Responses request (raises ``DialectError``)."""
+    """The chat-completions request of a Responses request (raises ``dialect.DialectError``)."""
     if not isinstance(body, dict) or not isinstance(body.get("input"), (str, list)):
-        raise DialectError("the body must be a JSON object with an 'input' string or list")
-    unknown = sorted(set(body) - TRANSLATED - SAMPLING - IGNORED - {"previous_response_id"})
-    if unknown:
-        raise DialectError(
-            f"field(s) {', '.join(map(repr, unknown))} not relayed: a recorded rollout's calls are sampled under "
-            f"the trainer's settings only; allowed: {', '.join(sorted(TRANSLATED | IGNORED))}"
-        )
+        raise dialect.DialectError("the body must be a JSON object with an 'input' string or list")
+    dialect.refuse_unknown(body, TRANSLATED | IGNORED | {"previous_response_id"}, SAMPLING)
     if body.get("previous_response_id"):
-        raise DialectError("'previous_response_id' not supported: the proxy stores no responses; send the whole input")
+        raise dialect.DialectError(
+            "'previous_response_id' not supported: the proxy stores no responses; send the whole input"
+        )
     text_format = ((body.get("text") or {}).get("format") or {}).get("type", "text")
     if text_format != "text":
-        raise DialectError(
+        raise dialect.DialectError(
             f"text.format {text_format!r} not relayed: structured output is sampled under guided decoding"
         )
     messages: list[dict[str, Any]] = []
@@ -84,7 +71,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["max_tokens"] = body["max_output_tokens"]
     if body.get("tools"):
         if not isinstance(body["tools"], list):
-            raise DialectError("'tools' must be a list")
+            raise dialect.DialectError("'tools' must be a list")
         chat["tools"] = [
             function for i, tool in enumerate(body["tools"]) for function in _functions(tool, f"tools[{i}]")
         ]
@@ -100,8 +87,8 @@ def _add_item(messages: list[dict[str, Any]], item: Any, where: str) -> None:
     if kind == "message":
         role = ROLES.get(item.get("role"))
         if role is None:
-            raise DialectError(f"{where}: a message needs role user, assistant, system or developer")
-        messages.append({"role": role, "content": text_of(item.get("content"), TEXT_PARTS, where)})
+            raise dialect.DialectError(f"{where}: a message needs role user, assistant, system or developer")
+        messages.append({"role": role, "content": dialect.text_of(item.get("content"), TEXT_PARTS, where)})
     elif kind == "function_call":
         call = {
             "id": item.get("call_id"),
@@ -116,12 +103,12 @@ def _add_item(messages: list[dict[str, Any]], item: Any, where: str) -> None:
     elif kind == "function_call_output":
         output = item.get("output")
         messages.append(
-            {"role": "tool", "tool_call_id": item.get("call_id"), "content": text_of(output, TEXT_PARTS, where)}
+            {"role": "tool", "tool_call_id": item.get("call_id"), "content": dialect.text_of(output, TEXT_PARTS, where)}
         )
     elif kind == "reasoning":
         return
     else:
-        raise DialectError(f"{where}: input item of type {kind!r} not supported")
+        raise dialect.DialectError(f"{where}: input item of type {kind!r} not supported")
 
 
 def _functions(tool: Any, where: str) -> list[dict[str, Any]]:
@@ -135,11 +122,8 @@ def _functions(tool: Any, where: str) -> list[dict[str, Any]]:
 def _tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("name"), str):
         kind = tool.get("type") if isinstance(tool, dict) else None
-        raise DialectError(f"{where}: only function tools are relayed, not {kind!r}")
-    function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object"}}
-    if tool.get("description"):
-        function["description"] = tool["description"]
-    return {"type": "function", "function": function}
+        raise dialect.DialectError(f"{where}: only function tools are relayed, not {kind!r}")
+    return dialect.chat_function(tool["name"], tool.get("description"), tool.get("parameters"))
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -147,12 +131,12 @@ def _tool_choice(choice: Any) -> Any:
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}
-    raise DialectError(f"tool_choice {choice!r} not supported")
+    raise dialect.DialectError(f"tool_choice {choice!r} not supported")
 
 
 def response_of(request: dict[str, Any], completion: dict[str, Any]) -> dict[str, Any]:
     """The ``response`` object of an engine reply."""
-    message, finish, _ = chat_message(completion)
+    message, finish, _ = dialect.chat_message(completion)
     output: list[dict[str, Any]] = []
     if message.get("content"):
         part = {"type": "output_text", "text": message["content"], "annotations": []}
@@ -177,7 +161,7 @@ def response_of(request: dict[str, Any], completion: dict[str, Any]) -> dict[str
                 "status": "completed",
             }
         )
-    prompt_tokens, completion_tokens = usage_of(completion)
+    prompt_tokens, completion_tokens = dialect.usage_of(completion)
     cut = finish == "length"
     return {
         "id": f"resp_{secrets.token_hex(12)}",
@@ -201,11 +185,11 @@ def response_of(request: dict[str, Any], completion: dict[str, Any]) -> dict[str
     }
 
 
-def render(request: dict[str, Any], completion: dict[str, Any], stream: bool) -> Rendered:
+def render(request: dict[str, Any], completion: dict[str, Any], stream: bool) -> dialect.Rendered:
     """The reply: the response as JSON, or as the Responses event stream."""
     response = response_of(request, completion)
     if not stream:
-        return Rendered(orjson.dumps(response))
+        return dialect.Rendered(orjson.dumps(response))
     events: list[tuple[str, dict[str, Any]]] = []
     pending = {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
     events.append(("response.created", {"response": pending}))
@@ -214,8 +198,10 @@ def render(request: dict[str, Any], completion: dict[str, Any], stream: bool) ->
         events += _item_events(index, item)
     final = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
     events.append((final, {"response": response}))
-    return Rendered(
-        b"".join(sse(name, {"type": name, "sequence_number": n, **data}) for n, (name, data) in enumerate(events)),
+    return dialect.Rendered(
+        b"".join(
+            dialect.sse(name, {"type": name, "sequence_number": n, **data}) for n, (name, data) in enumerate(events)
+        ),
         b"text/event-stream",
     )
 
@@ -241,4 +227,4 @@ def _item_events(index: int, item: dict[str, Any]) -> list[tuple[str, dict[str, 
     ]
 
 
-DIALECT = Dialect("openai_responses", to_chat, render, chat_completions.error, bearer_key)
+DIALECT = dialect.Dialect("openai_responses", to_chat, render, chat_completions.error, dialect.bearer_key)
