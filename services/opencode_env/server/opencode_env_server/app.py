@@ -17,6 +17,7 @@ from .api.openenv_sessions import SessionRegistry
 from .api.sandbox_routes import sandbox_router
 from .api.service import RolloutService, ServiceError
 from .proxy.chat_completions import Proxy
+from .proxy.routes import COUNT_TOKENS, DIALECTS
 from .rollouts.manager import RolloutManager
 from .rollouts.trace import TraceStore
 from .sandbox import landlock
@@ -66,10 +67,11 @@ def create_app(settings: Settings | None = None) -> ProxyFastPath:
             reaper = asyncio.create_task(sessions.run_reaper())
             rollout_reaper = asyncio.create_task(manager.run_reaper())
             log.info(
-                "opencode env ready: http://0.0.0.0:%d (API /rollouts, OpenEnv /mcp and /ws, proxy "
-                "/v1/chat/completions); sandbox proxy ports 127.0.0.1:%d-%d; inference %s; %d rollout slots, "
+                "opencode env ready: http://0.0.0.0:%d (API /rollouts, OpenEnv /mcp and /ws, proxy %s); "
+                "sandbox proxy ports 127.0.0.1:%d-%d; inference %s; %d rollout slots, "
                 "%d sandbox seats (OpenCode pre-started: %s), %d OpenEnv sessions; network isolation %s",
                 settings.port,
+                ", ".join([*DIALECTS, COUNT_TOKENS]),
                 settings.sandbox_proxy_port(0),
                 settings.sandbox_proxy_port(settings.seats - 1),
                 settings.inference_url,

@@ -8,6 +8,7 @@ engine samples (``metadata``, ...) are ignored; any other field is refused. The 
 message, or its event stream (``message_start`` ... ``message_stop``) when the agent asked for one.
 """
 
+import json
 import secrets
 from typing import Any
 
@@ -98,7 +99,8 @@ def _messages(message: Any, where: str) -> list[dict[str, Any]]:
         elif kind == "redacted_thinking" and message["role"] == "assistant":
             continue
         elif kind == "tool_use" and message["role"] == "assistant":
-            arguments = orjson.dumps(block.get("input") or {}).decode()
+            # json's spacing, as models write their calls (vLLM re-renders parsed arguments anyway).
+            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
             calls.append(
                 {
                     "id": block.get("id"),
