@@ -51,6 +51,8 @@ def pretrain(tag: str, net: str, models: str, threads: str, extra: list[str], st
         f"pretrain.threads={threads}",
         "--set",
         f"pretrain.skill_steps={steps}",
+        "--set",
+        "pretrain.max_skill_steps=null",
     ]
 
 

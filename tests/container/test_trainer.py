@@ -578,6 +578,8 @@ def test_an_async_grpo_step_on_cpu_trains_on_a_non_opencode_agents_rollouts(
 
 PRETRAIN_QUICK = [
     "--set",
+    "pretrain.max_skill_steps=null",
+    "--set",
     "pretrain.base=/models/a",
     "--set",
     "pretrain.questions=64",

@@ -12,7 +12,7 @@ from trainer.config import ConfigError, ReasoningGymConfig
 from trainer.config.loading import validate
 from trainer.evaluation import questions as held_out
 from trainer.evaluation.questions import PRETRAINING_MANIFEST, held_out_questions, pretraining_digests, question_digest
-from trainer.jobs.pretrain import _answer_position, completion_text
+from trainer.jobs.pretrain import _answer_position, completion_text, goes_on
 
 
 def pretrain_settings(section: dict) -> object:
@@ -36,6 +36,26 @@ def test_settings_are_typed_and_unknown_keys_refused() -> None:
         pretrain_settings({"question_loss": -0.5})
     with pytest.raises(ConfigError, match=r"pretrain.questions \(8\) must be >= pretrain.batch_size \(32\)"):
         pretrain_settings({"questions": 8})
+    with pytest.raises(ConfigError, match=r"pretrain.max_skill_steps \(100\) must be >= pretrain.skill_steps \(250\)"):
+        pretrain_settings({"max_skill_steps": 100})
+    assert pretrain_settings({"max_skill_steps": None}).max_skill_steps is None
+
+
+@pytest.mark.parametrize(
+    ("step", "answer_loss", "until", "expected"),
+    [
+        (249, 9.0, (0.5, 800), True),  # the first skill_steps always run
+        (250, 0.42, (0.5, 800), False),  # formed at the first check (AMD EPYC's run)
+        (250, 1.72, (0.5, 800), True),  # not yet (the Intel Xeon's run at 250)...
+        (399, 0.41, (0.5, 800), True),  # ...checked only every 50 steps...
+        (400, 0.419, (0.5, 800), False),  # ...formed at 400
+        (800, 1.9, (0.5, 800), False),  # never beyond the maximum
+        (250, float("nan"), (0.5, 800), True),
+        (250, 9.0, None, False),  # no criterion: exactly the step count
+    ],
+)
+def test_the_skill_phase_ends_once_its_answer_loss_has_formed(step, answer_loss, until, expected) -> None:
+    assert goes_on(step, answer_loss, 250, until, 50) is expected
 
 
 def test_the_answer_is_where_completions_differ() -> None:

@@ -220,8 +220,15 @@ class PretrainConfig(Section):
         description="weight of a next-token loss on the questions' own tokens (a dense signal besides the one "
         "answer token; 0: none)",
     )
-    skill_steps: int = Field(
-        250, ge=1, description="steps of the skill phase (a fixed count: the same policy on every CPU)"
+    skill_steps: int = Field(250, ge=1, description="steps of the skill phase before its answer loss is checked")
+    skill_answer_loss: float = Field(
+        0.5,
+        gt=0,
+        description="after skill_steps, the skill phase goes on in blocks of 50 steps until the answer token's "
+        "loss (moving average) is at most this (the step it forms at moves with the CPU's rounding)",
+    )
+    max_skill_steps: int | None = Field(
+        800, ge=1, description="at most this many skill steps (null: exactly skill_steps)"
     )
     threads: int = Field(
         2, ge=1, description="torch CPU threads (fixed: a parallel sum's rounding follows its thread count)"
@@ -235,6 +242,16 @@ class PretrainConfig(Section):
     label_noise: float = Field(0.6, ge=0, lt=1, description="fraction of wrong answers in the noise phase")
     noise_steps: int = Field(100, ge=0, description="steps of the noise phase (makes the policy unsure)")
     noise_learning_rate: float = Field(3e-3, gt=0, description="learning rate of the noise phase")
+
+    @model_validator(mode="after")
+    def _skill_steps_within_the_maximum(self) -> "PretrainConfig":
+        if self.max_skill_steps is not None and self.max_skill_steps < self.skill_steps:
+            raise PydanticCustomError(
+                "pretrain_skill_steps",
+                "pretrain.max_skill_steps ({m}) must be >= pretrain.skill_steps ({s}), or null",
+                {"m": self.max_skill_steps, "s": self.skill_steps},
+            )
+        return self
 
     @model_validator(mode="after")
     def _a_batch_of_questions(self) -> "PretrainConfig":

@@ -2,9 +2,11 @@
 the tool-calling format the GRPO job trains on, to a *partial* skill that GRPO can improve.
 
 ``python -m trainer pretrain --config grpo-cpu.yaml`` writes the config's ``model`` folder from the
-``pretrain`` section. The same settings and packages give the same policy on any x86-64 CPU: fixed
-step counts, fixed threads, torch's deterministic kernels and one pinned float arithmetic
-(``trainer.cpu.numerics``, chosen by ``python -m trainer`` before torch loads).
+``pretrain`` section. The same settings and packages give the same policy on a given CPU model,
+whatever its thread count: fixed threads, torch's deterministic kernels and one pinned float
+arithmetic (``trainer.cpu.numerics``, chosen by ``python -m trainer`` before torch loads). CPU models
+still round differently (an AMD EPYC and an Intel Xeon part ways by step 100), so the skill phase
+ends on its answer loss, checked every 50 steps, not on a step count alone.
 
 1. Questions and their correct answers come from the reasoning-gym env service (through its client,
    from ``pretrain.seed``, far from the training and held-out seeds); the questions' sha256 go into
@@ -12,8 +14,9 @@ step counts, fixed threads, torch's deterministic kernels and one pinned float a
 2. A byte-level BPE tokenizer (``base``'s normaliser, pre-tokenizer and special tokens) is trained on
    the prompts, and a small Qwen3 (``base``'s architecture, the section's shape) is initialised for it.
 3. The skill: supervised steps on (prompt, ``answer`` tool call with the correct answer), the loss on
-   the completion plus ``question_loss`` times a next-token loss on the prompt's own tokens, until
-   ``skill_steps`` steps. The question loss is a dense
+   the completion plus ``question_loss`` times a next-token loss on the prompt's own tokens: at least
+   ``skill_steps`` steps, then on in blocks of 50 until the answer token's loss is at most
+   ``skill_answer_loss`` (at most ``max_skill_steps``). The question loss is a dense
    signal: with the one answer token alone, whether the attention the answer needs ever formed
    depended on the random start (some starts never left the plateau).
    The prompt's shared head (system prompt and tool schema) runs once per step without gradient,
@@ -186,14 +189,20 @@ def _pretrain(config: TrainerConfig, examples: Sequence[tuple[str, str]], out: P
         [completion_text(rng.choice(answers) if rng.random() < settings.label_noise else a) for _, a in examples]
     ).input_ids
     trainer = _SharedHeadTrainer(model, prompts, model_config.pad_token_id, settings, rng)
-    skill_loss = trainer.train(clean, settings.skill_steps, settings.learning_rate, phase="skill")
-    noise_loss = trainer.train(noisy, settings.noise_steps, settings.noise_learning_rate, phase="partial")
+    skill_loss, skill_steps = trainer.train(
+        clean,
+        settings.skill_steps,
+        settings.learning_rate,
+        phase="skill",
+        until=(settings.skill_answer_loss, settings.max_skill_steps or settings.skill_steps),
+    )
+    noise_loss, _ = trainer.train(noisy, settings.noise_steps, settings.noise_learning_rate, phase="partial")
     held_out = _held_out_accuracy(config, model, tokenizer, {question_digest(q) for q, _ in examples})
     if held_out["accuracy"]["greedy"] < settings.min_accuracy:
         raise ConfigError(
             f"pretrain: greedy held-out accuracy {100 * held_out['accuracy']['greedy']:.1f}% after "
-            f"{settings.skill_steps} skill steps is below pretrain.min_accuracy={settings.min_accuracy}: the policy "
-            "did not learn the task; raise pretrain.skill_steps or pretrain.learning_rate"
+            f"{skill_steps} skill steps is below pretrain.min_accuracy={settings.min_accuracy}: the policy "
+            "did not learn the task; raise pretrain.max_skill_steps or pretrain.learning_rate"
         )
 
     out.mkdir(parents=True, exist_ok=True)
@@ -203,6 +212,7 @@ def _pretrain(config: TrainerConfig, examples: Sequence[tuple[str, str]], out: P
         "recipe": _recipe(settings, rg),
         "held_out": held_out,
         "skill_answer_loss": skill_loss,
+        "skill_steps": skill_steps,
         "partial_answer_loss": noise_loss,
         "numerics": numerics_in_effect(),
         "answers": answers,
@@ -240,6 +250,7 @@ class _SharedHeadTrainer:
     """Supervised steps on (prompt, completion) rows whose prompts share a head of tokens."""
 
     EMA = 0.9
+    CHECK_EVERY = 50  # steps between the log lines and the checks of the skill's answer loss
 
     def __init__(
         self, model: Any, prompts: Sequence[list[int]], pad: int, settings: PretrainConfig, rng: random.Random
@@ -255,14 +266,25 @@ class _SharedHeadTrainer:
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
         self.step = 0
 
-    def train(self, completions: Sequence[list[int]], steps: int, learning_rate: float, phase: str) -> float:
-        """``steps`` steps; returns the answer token's loss (moving average) at the end."""
+    def train(
+        self,
+        completions: Sequence[list[int]],
+        steps: int,
+        learning_rate: float,
+        phase: str,
+        until: tuple[float, int] | None = None,
+    ) -> tuple[float, int]:
+        """``steps`` steps, then with ``until`` = (answer loss, most steps) more in blocks of
+        ``CHECK_EVERY`` until the answer token's loss (moving average) is at most that loss; returns
+        that loss at the end and the steps taken."""
         import torch
 
         answer_at = _answer_position(completions)
         average = float("nan")
         began = time.monotonic()
-        for step in range(1, steps + 1):
+        step = 0
+        while goes_on(step, average, steps, until, self.CHECK_EVERY):
+            step += 1
             self.step += 1
             warmup = min(1.0, self.step / max(1, self.settings.warmup_steps))
             for group in self.optimizer.param_groups:
@@ -274,7 +296,7 @@ class _SharedHeadTrainer:
             self.optimizer.step()
             self.optimizer.zero_grad()
             average = answer_loss if step == 1 else self.EMA * average + (1 - self.EMA) * answer_loss
-            if step % 50 == 0:
+            if step % self.CHECK_EVERY == 0:
                 log.info(
                     "pretrain %s: step %d | loss %.4f | answer loss %.3f | %.0f s",
                     phase,
@@ -283,7 +305,7 @@ class _SharedHeadTrainer:
                     average,
                     time.monotonic() - began,
                 )
-        return average
+        return average, step
 
     def loss(self, rows: list[tuple[list[int], list[int]]], answer_at: int) -> tuple[Any, float]:
         """The training loss of (prompt tail, completion) rows: the mean next-token loss on the
@@ -332,6 +354,17 @@ class _SharedHeadTrainer:
                 self.model.lm_head(hidden[in_prompt]), following[in_prompt]
             )
         return logits, torch.tensor(targets), question_loss
+
+
+def goes_on(step: int, answer_loss: float, steps: int, until: tuple[float, int] | None, every: int) -> bool:
+    """Whether a phase that has taken ``step`` steps takes another: always before ``steps``; then,
+    with ``until`` = (answer loss, most steps), until a check (every ``every`` steps) finds the answer
+    loss at most that loss, or the most steps are taken."""
+    if step < steps:
+        return True
+    if until is None or step >= until[1]:
+        return False
+    return step % every != 0 or not answer_loss <= until[0]
 
 
 def _answer_position(completions: Sequence[list[int]]) -> int:

@@ -16,6 +16,7 @@ LEARNING_CONFIG = "grpo-cpu.yaml"
 SHORT_POLICY = [
     "pretrain.questions=256",
     "pretrain.skill_steps=4",
+    "pretrain.max_skill_steps=null",
     "pretrain.warmup_steps=1",
     "pretrain.noise_steps=2",
     "pretrain.min_accuracy=0",
