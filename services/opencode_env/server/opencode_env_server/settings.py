@@ -144,6 +144,10 @@ class Settings:
     def sandbox_proxy_port(self, seat: int) -> int:
         return self.sandbox_proxy_port_base + seat
 
+    def sandbox_proxy_origin(self, seat: int) -> str:
+        """The proxy as the seat's sandbox reaches it (an agent's base URL adds its dialect's path)."""
+        return f"http://127.0.0.1:{self.sandbox_proxy_port(seat)}"
+
     def seat_of_proxy_port(self, port: int) -> int | None:
         """The seat whose sandbox proxy listens on ``port``, or None for the service's own port."""
         seat = port - self.sandbox_proxy_port_base

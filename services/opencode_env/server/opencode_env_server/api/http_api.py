@@ -88,7 +88,7 @@ def api_router(service: RolloutService, store: TraceStore, sessions: SessionRegi
             status=rollout.status,
             proxy_base_url=f"http://{host}/v1",
             model=rollout.model,
-            sandbox_proxy_base_url=f"http://127.0.0.1:{settings.sandbox_proxy_port(rollout.seat)}/v1",
+            sandbox_proxy_base_url=f"{settings.sandbox_proxy_origin(rollout.seat)}/v1",
         )
         return json_response(created.model_dump(), 201)
 

@@ -219,9 +219,8 @@ class RolloutManager:
 
     async def _run_cli_agent(self, rollout: Rollout) -> None:
         agent = AGENTS[rollout.request.agent]
-        proxy = f"http://127.0.0.1:{self.settings.sandbox_proxy_port(rollout.seat)}"
         try:
-            exit_code = await run_cli(rollout, agent, proxy)
+            exit_code = await run_cli(rollout, agent, self.settings.sandbox_proxy_origin(rollout.seat))
         except AgentNotStarted as exc:
             rollout.infra_failure(f"the agent did not start: {exc}")
             return

@@ -94,7 +94,7 @@ class Seats:
 
     async def start_agent(self, agent: AgentServer, key: str, limits: Limits, seat: int) -> None:
         """Write the agent's config (its seat's proxy URL, key, output limit) and start its server."""
-        proxy = f"http://127.0.0.1:{self.settings.sandbox_proxy_port(seat)}"
+        proxy = self.settings.sandbox_proxy_origin(seat)
         env = opencode.prepare(agent.sandbox, proxy, key, limits.max_tokens_per_turn, agent.password)
         with agent.sandbox.open_log() as agent_log:
             await agent.start(env, agent_log)
