@@ -386,12 +386,18 @@ def test_errors_come_back_in_the_agents_dialect_and_record_nothing(tmp_path) -> 
                 ("/v1/messages", {"x-api-key": "wrong"}, CLAUDE[0]),
                 ("/v1/messages", {"x-api-key": "KEY"}, {**CLAUDE[0], "tool_choice": {"type": "any"}}),
                 ("/v1/responses", {"authorization": "Bearer KEY"}, {"input": "hi", "top_logprobs": 20}),
+                ("/v1/chat/completions", {"authorization": "Bearer KEY"}, {"messages": "hi"}),
+                ("/v1/messages", {"x-api-key": "KEY"}, {**CLAUDE[0], "max_tokens": 0}),
             ],
         )
     )
-    unknown, forced, refused = responses
+    unknown, forced, refused, malformed, no_budget = responses
     assert (unknown.status_code, unknown.json()["error"]["type"]) == (401, "authentication_error")
     assert unknown.json()["type"] == "error"
     assert forced.status_code == 400 and "guided decoding" in forced.json()["error"]["message"]
     assert refused.status_code == 400 and "'top_logprobs' not relayed" in refused.json()["error"]["message"]
+    # The chat request's own checks, applied to every dialect's translation alike.
+    assert malformed.status_code == 400 and "'messages' list" in malformed.json()["error"]["message"]
+    assert no_budget.status_code == 400 and "'max_tokens' must be a positive integer" in no_budget.text
+    assert no_budget.json()["type"] == "error"
     assert engine.requests == [] and rollout.turns == []

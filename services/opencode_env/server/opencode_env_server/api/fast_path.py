@@ -92,7 +92,7 @@ class ProxyFastPath:
             return await fail(400, f"invalid JSON: {exc}")
         except DialectError as exc:
             return await fail(400, str(exc))
-        if dialect is not chat_completions.DIALECT and (problem := chat_completions.request_error(chat)) is not None:
+        if (problem := chat_completions.request_error(chat)) is not None:
             return await fail(400, problem)
         if rollout is not None and rollout.record_turns and (problem := refused_fields(chat)) is not None:
             return await fail(400, problem)

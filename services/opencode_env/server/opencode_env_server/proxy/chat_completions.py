@@ -27,7 +27,7 @@ import aiohttp
 import orjson
 from opencode_env_client.models import Turn
 
-from .dialect import Dialect, DialectError, Rendered, bearer_key, sse
+from .dialect import Dialect, Rendered, bearer_key, sse
 
 JSON_HEADERS = {"content-type": "application/json"}
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -135,10 +135,8 @@ def request_error(body: Any) -> str | None:
     return None
 
 
-def to_chat(body: Any) -> dict[str, Any]:
-    """A chat-completions request as it is (raises ``DialectError`` if it cannot be relayed)."""
-    if (problem := request_error(body)) is not None:
-        raise DialectError(problem)
+def to_chat(body: Any) -> Any:
+    """A chat-completions request as it is (``request_error`` checks it, as every dialect's translation)."""
     return body
 
 
