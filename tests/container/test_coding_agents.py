@@ -28,12 +28,6 @@ SHELL_CALLS = {
     "mini-swe-agent": {"name": "bash", "arguments": {"command": SOLUTION}},
     "qwen-code": {"name": "run_shell_command", "arguments": {"command": SOLUTION, "description": "Write solution.py"}},
 }
-DIALECT_PATHS = {
-    "claude-code": "/v1/messages",
-    "codex": "/v1/responses",
-    "mini-swe-agent": "/v1/chat/completions",
-    "qwen-code": "/v1/chat/completions",
-}
 MAX_TURNS = 3
 
 

@@ -4,9 +4,10 @@ kept offline (no update check, telemetry or other traffic; the firewall stops an
 Every agent runs as its seat's uid in the rollout's sandbox, with the same limits, firewall and
 verification; the model it is given is ``MODEL`` and its key is the rollout's proxy key. OpenCode has
 a server mode (``agent_server``: warm seats); the others run as one CLI process per rollout, whose
-exit code is the agent's. Placeholders in ``argv``, ``env`` and ``settings``: ``{proxy}`` the seat's
-proxy origin (``http://127.0.0.1:PORT``), ``{key}`` the rollout's key, ``{instruction}`` the task,
-``{settings}`` the path of the agent's settings file, ``{output_tokens}`` the per-turn token cap.
+exit code is the agent's (packages and dialects: the service README, "Agents"). Placeholders in
+``argv`` and ``env``: ``{proxy}`` the seat's proxy origin (``http://127.0.0.1:PORT``), ``{key}`` the
+rollout's key, ``{instruction}`` the task, ``{settings}`` the path of the agent's settings file,
+``{output_tokens}`` the per-turn token cap.
 """
 
 import re
@@ -25,8 +26,6 @@ class Agent:
     """One agent's wiring. ``argv`` is None for OpenCode, which is served (``agent_server``)."""
 
     name: str
-    package: str  # where the image installs it from (the version pin is in docker/opencode-env.Dockerfile)
-    dialect: str  # the proxy route it calls
     env: Mapping[str, str]
     argv: tuple[str, ...] | None = None
     settings: Mapping[str, object] = field(default_factory=dict)  # written as JSON to a private file
@@ -71,8 +70,6 @@ AGENTS: dict[str, Agent] = {
     for agent in (
         Agent(
             "opencode",
-            "npm opencode-ai",
-            "chat_completions",
             # Its opencode.json (provider, model, no sharing or LSP) is written by ``opencode``.
             env={
                 **OPENCODE_OFFLINE,
@@ -82,8 +79,6 @@ AGENTS: dict[str, Agent] = {
         ),
         Agent(
             "claude-code",
-            "npm @anthropic-ai/claude-code",
-            "anthropic_messages",
             env={
                 "ANTHROPIC_BASE_URL": "{proxy}",
                 "ANTHROPIC_API_KEY": "{key}",
@@ -107,8 +102,6 @@ AGENTS: dict[str, Agent] = {
         ),
         Agent(
             "codex",
-            "npm @openai/codex",
-            "openai_responses",
             env={"RLSTACK_API_KEY": "{key}"},
             argv=(
                 "codex",
@@ -135,8 +128,6 @@ AGENTS: dict[str, Agent] = {
         ),
         Agent(
             "mini-swe-agent",
-            "PyPI mini-swe-agent",
-            "chat_completions",
             env={
                 "OPENAI_API_BASE": "{proxy}/v1",
                 "OPENAI_API_KEY": "{key}",
@@ -148,8 +139,6 @@ AGENTS: dict[str, Agent] = {
         ),
         Agent(
             "qwen-code",
-            "npm @qwen-code/qwen-code",
-            "chat_completions",
             env={
                 "OPENAI_BASE_URL": "{proxy}/v1",
                 "OPENAI_API_KEY": "{key}",
