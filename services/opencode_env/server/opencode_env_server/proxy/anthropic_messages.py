@@ -21,6 +21,7 @@ from .dialect import (
     bearer_key,
     chat_function,
     chat_message,
+    list_at,
     refuse_unknown,
     sse,
     text_of,
@@ -65,7 +66,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         # A deferred tool is not shown to the model until a tool search loads it.
         tools = [
             _tool(tool, f"tools[{i}]")
-            for i, tool in enumerate(_list(body["tools"], "tools"))
+            for i, tool in enumerate(list_at(body["tools"], "tools"))
             if not (isinstance(tool, dict) and tool.get("defer_loading"))
         ]
         if tools:
@@ -73,12 +74,6 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("tool_choice") is not None:
         chat.update(_tool_choice(body["tool_choice"]))
     return chat
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise DialectError(f"'{where}' must be a list")
-    return value
 
 
 def _messages(message: Any, where: str) -> list[dict[str, Any]]:
@@ -90,7 +85,7 @@ def _messages(message: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str) or message["role"] == "system":
         return [{"role": message["role"], "content": text_of(content, ("text",), where)}]
     texts, thinking, calls, results = [], [], [], []
-    for i, block in enumerate(_list(content, f"{where}.content")):
+    for i, block in enumerate(list_at(content, f"{where}.content")):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
             texts.append(block.get("text") or "")

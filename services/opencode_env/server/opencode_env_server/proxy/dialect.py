@@ -54,6 +54,13 @@ def refuse_unknown(body: dict[str, Any], relayed: frozenset[str], sampling: froz
         )
 
 
+def list_at(value: Any, where: str) -> list[Any]:
+    """``value``, which must be a list (else ``DialectError`` naming ``where``)."""
+    if not isinstance(value, list):
+        raise DialectError(f"'{where}' must be a list")
+    return value
+
+
 def chat_function(name: str, description: str | None, parameters: dict[str, Any] | None) -> dict[str, Any]:
     """A chat-completions function tool."""
     function: dict[str, Any] = {"name": name, "parameters": parameters or {"type": "object"}}

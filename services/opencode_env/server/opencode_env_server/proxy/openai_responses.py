@@ -70,11 +70,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     if body.get("tools"):
-        if not isinstance(body["tools"], list):
-            raise dialect.DialectError("'tools' must be a list")
-        chat["tools"] = [
-            function for i, tool in enumerate(body["tools"]) for function in _functions(tool, f"tools[{i}]")
-        ]
+        tools = dialect.list_at(body["tools"], "tools")
+        chat["tools"] = [function for i, tool in enumerate(tools) for function in _functions(tool, f"tools[{i}]")]
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])
     if body.get("parallel_tool_calls") is not None:
